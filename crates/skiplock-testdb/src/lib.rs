@@ -1,0 +1,70 @@
+//! PostgreSQL for tests, the way skiplock's own suite gets it.
+//!
+//! [`TestDb::new`] hands each test a fresh, uniquely named schema on a real server:
+//!
+//! - with `DATABASE_URL` set, on that database (schemas are dropped again when the test ends);
+//! - otherwise on a throwaway cluster that this process starts once from the local PostgreSQL
+//!   server binaries (see [`find_pg_bin`]) in a temporary folder, and that is stopped and
+//!   deleted when the process exits. As root the server runs as the `postgres` user.
+//!
+//! One cluster per test process and one schema per test, so tests run in parallel.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let db = skiplock_testdb::TestDb::new().await;
+//! // Point the code under test at db.url() with schema db.schema().
+//! # }
+//! ```
+//!
+//! [`LocalCluster`] is the same machinery for a cluster you keep (the `skiplock` command's
+//! embedded default database uses it).
+#![warn(missing_docs)]
+
+mod bindir;
+mod cluster;
+mod testdb;
+
+pub use bindir::{find_pg_bin, PG_BIN_ENV};
+pub use cluster::{LocalCluster, StartOptions, SERVER_USER, SUPERUSER};
+pub use testdb::{server_url, TestDb, KEEP_ENV};
+
+use std::path::{Path, PathBuf};
+
+/// Why a server or a test database could not be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No usable server: binaries missing, `initdb` or `pg_ctl` failed.
+    #[error("{0}")]
+    NoServer(String),
+    /// A file-system or process operation failed.
+    #[error("could not {what} {}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path (or program) involved.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Talking to the server failed.
+    #[error("{what}")]
+    Sql {
+        /// What was being done.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(what: &'static str, path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! [`Client`]: the queue's lifecycle calls over a connection pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+use crate::db::{self, Sql, Statement};
+use crate::error::{Error, Result};
+use crate::executor::{Conn, Executor};
+use crate::input;
+use crate::job::{
+    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, NewJob, ReapedJob, Retry, Transition,
+};
+use crate::migrate::{self, MigrationReport};
+use crate::schema::Schema;
+
+/// The `application_name` skiplock's connections use unless the URL sets one, so that they
+/// are easy to find in `pg_stat_activity`.
+pub const DEFAULT_APPLICATION_NAME: &str = "skiplock";
+
+/// The default size of the connection pool.
+pub const DEFAULT_POOL_SIZE: usize = 10;
+
+/// The default lease a claim takes: 5 minutes, as in the article.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+
+/// The queue's lifecycle calls: enqueue, claim, complete, fail, extend, reap.
+///
+/// Each call is one SQL statement in autocommit on a pooled connection (no transaction is
+/// held open while a job runs). Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    schema: Schema,
+    sql: Sql,
+    max_payload_bytes: usize,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("schema", &self.inner.schema)
+            .field("max_payload_bytes", &self.inner.max_payload_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Source {
+    Url(String),
+    Config(Box<tokio_postgres::Config>),
+    Pool(Pool),
+}
+
+/// Builds a [`Client`]. Every setting is checked in [`ClientBuilder::build`], before any
+/// connection is made.
+#[must_use]
+pub struct ClientBuilder {
+    source: Source,
+    schema: String,
+    max_payload_bytes: usize,
+    pool_size: usize,
+}
+
+impl ClientBuilder {
+    /// The schema holding the queue (default `skiplock`).
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The largest payload accepted, in bytes of JSON text (default 1 MiB).
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// The most connections the pool opens (default 10). Ignored for a pool given with
+    /// [`Client::from_pool`].
+    pub fn pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Checks the settings and builds the client. Connects lazily: the first call that
+    /// needs the database opens the first connection.
+    pub fn build(self) -> Result<Client> {
+        let schema = Schema::new(&self.schema)?;
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool size", "it must be at least 1"));
+        }
+        let pool = match self.source {
+            Source::Pool(pool) => pool,
+            Source::Url(url) => {
+                let cfg: tokio_postgres::Config = url.parse().map_err(|e| {
+                    Error::invalid("database URL", format!("it could not be parsed: {e}"))
+                })?;
+                build_pool(cfg, self.pool_size)?
+            }
+            Source::Config(cfg) => build_pool(*cfg, self.pool_size)?,
+        };
+        Ok(Client {
+            inner: Arc::new(Inner {
+                sql: Sql::new(&schema),
+                schema,
+                pool,
+                max_payload_bytes: self.max_payload_bytes,
+            }),
+        })
+    }
+}
+
+fn build_pool(mut cfg: tokio_postgres::Config, size: usize) -> Result<Pool> {
+    if cfg.get_application_name().is_none() {
+        cfg.application_name(DEFAULT_APPLICATION_NAME);
+    }
+    // `Fast` recycling sends no health-check query: an idle queue sends nothing at all.
+    let mgr = Manager::from_config(
+        cfg,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| Error::invalid("connection pool", e.to_string()))
+}
+
+impl Client {
+    /// A builder for a client on the database at `url` (a `postgres://` URL or a libpq
+    /// `key=value` string).
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        Self::builder_from(Source::Url(url.into()))
+    }
+
+    /// A builder for a client on an existing tokio-postgres configuration.
+    pub fn builder_from_config(config: tokio_postgres::Config) -> ClientBuilder {
+        Self::builder_from(Source::Config(Box::new(config)))
+    }
+
+    /// A builder for a client on an existing deadpool-postgres pool (shared with the
+    /// application, so that enqueueing can use the application's transactions).
+    pub fn from_pool(pool: Pool) -> ClientBuilder {
+        Self::builder_from(Source::Pool(pool))
+    }
+
+    fn builder_from(source: Source) -> ClientBuilder {
+        ClientBuilder {
+            source,
+            schema: crate::schema::DEFAULT_SCHEMA.to_owned(),
+            max_payload_bytes: input::DEFAULT_MAX_PAYLOAD_BYTES,
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+
+    /// A client on `url` with the default settings and schema.
+    pub fn connect(url: impl Into<String>) -> Result<Client> {
+        Self::builder(url).build()
+    }
+
+    /// The schema this client works in.
+    pub fn schema(&self) -> &Schema {
+        &self.inner.schema
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The SQL text of a statement, as this client sends it (schema filled in).
+    pub fn statement(&self, statement: Statement) -> &str {
+        self.inner.sql.get(statement)
+    }
+
+    async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
+        self.inner
+            .pool
+            .get()
+            .await
+            .map_err(|source| Error::Pool { op, source })
+    }
+
+    /// Creates or upgrades the schema (see [`migrate`](crate::migrate())).
+    pub async fn migrate(&self) -> Result<MigrationReport> {
+        let mut conn = self.conn("migrate").await?;
+        let client: &mut tokio_postgres::Client = &mut conn;
+        migrate::migrate(client, &self.inner.schema).await
+    }
+
+    // ---- Enqueue -------------------------------------------------------------------------
+
+    /// Enqueues one job in its own transaction. Returns its id.
+    pub async fn enqueue(&self, job: &NewJob) -> Result<JobId> {
+        let j = job.encode(self.inner.max_payload_bytes)?;
+        let conn = self.conn("enqueue a job").await?;
+        db::job::insert(&**conn, &self.inner.sql, &j)
+            .await
+            .map_err(Error::db("enqueue a job"))
+    }
+
+    /// Enqueues one job through the caller's connection or transaction (see [`Executor`]).
+    ///
+    /// Inside a transaction the job, and its wake-up notification, exist only once that
+    /// transaction commits; a rollback removes both. Workers never see it before.
+    pub async fn enqueue_tx<'c>(&self, conn: impl Executor<'c>, job: &NewJob) -> Result<JobId> {
+        let j = job.encode(self.inner.max_payload_bytes)?;
+        let sql = &self.inner.sql;
+        const OP: &str = "enqueue a job";
+        match conn.into_conn() {
+            Conn::TokioClient(c) => db::job::insert(c, sql, &j).await.map_err(Error::db(OP)),
+            Conn::TokioTx(t) => db::job::insert(t, sql, &j).await.map_err(Error::db(OP)),
+            #[cfg(feature = "sqlx-0_8")]
+            Conn::Sqlx(c) => db::sqlx::insert(c, sql, &j)
+                .await
+                .map_err(|source| Error::Sqlx { op: OP, source }),
+        }
+    }
+
+    /// Enqueues many jobs in one statement (one array per column, so thousands per call).
+    /// All or nothing: one refused job refuses the batch before any SQL runs
+    /// ([`Error::InvalidBatchItem`] names it). Returns the ids in input order. The insert
+    /// sends one notification per distinct queue, not one per job.
+    pub async fn enqueue_many(&self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+        let b = EncodedBatch::encode(jobs, self.inner.max_payload_bytes)?;
+        if b.len() == 0 {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn("enqueue jobs").await?;
+        db::job::insert_many(&**conn, &self.inner.sql, &b)
+            .await
+            .map_err(Error::db("enqueue jobs"))
+    }
+
+    /// [`Client::enqueue_many`] through the caller's connection or transaction.
+    pub async fn enqueue_many_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        jobs: &[NewJob],
+    ) -> Result<Vec<JobId>> {
+        let b = EncodedBatch::encode(jobs, self.inner.max_payload_bytes)?;
+        let sql = &self.inner.sql;
+        const OP: &str = "enqueue jobs";
+        match conn.into_conn() {
+            Conn::TokioClient(c) => db::job::insert_many(c, sql, &b)
+                .await
+                .map_err(Error::db(OP)),
+            Conn::TokioTx(t) => db::job::insert_many(t, sql, &b)
+                .await
+                .map_err(Error::db(OP)),
+            #[cfg(feature = "sqlx-0_8")]
+            Conn::Sqlx(c) => db::sqlx::insert_many(c, sql, &b)
+                .await
+                .map_err(|source| Error::Sqlx { op: OP, source }),
+        }
+    }
+
+    // ---- Lifecycle -----------------------------------------------------------------------
+
+    /// Claims up to `limit` ready jobs of `queue` and leases them for `lease` (1 s to 24 h),
+    /// in one short autocommit statement (`FOR UPDATE SKIP LOCKED`, S2). Each job's attempt
+    /// count grows by one; present [`ClaimedJob::attempt`] to the calls that finish it.
+    ///
+    /// Jobs are returned in claim order (priority, run_at, id). An empty result means
+    /// nothing is ready that another claimer does not hold.
+    pub async fn claim(&self, queue: &str, limit: u32, lease: Duration) -> Result<Vec<ClaimedJob>> {
+        input::queue_name(queue)?;
+        let lease_us = input::lease_micros(lease)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn("claim jobs").await?;
+        db::job::claim(&**conn, &self.inner.sql, queue, i64::from(limit), lease_us)
+            .await
+            .map_err(Error::db("claim jobs"))
+    }
+
+    /// Marks a job done (S4), if it is still `running` with this `attempt`.
+    ///
+    /// [`Transition::Lost`] means the job is no longer this claim's: nothing was written, and
+    /// the job must not be counted as done.
+    pub async fn complete(&self, id: JobId, attempt: i32) -> Result<Transition> {
+        let conn = self.conn("complete a job").await?;
+        db::job::complete(&**conn, &self.inner.sql, id, attempt)
+            .await
+            .map_err(Error::db("complete a job"))
+    }
+
+    /// Records a failed attempt (S5), guarded like [`Client::complete`]. With
+    /// [`Retry::Backoff`] the job goes back to `queued` to run after the backoff, or to
+    /// `failed` when it has used `max_attempts`; with [`Retry::Never`] it is `failed` now.
+    /// `error` is kept in `last_error` (NULs removed, cut to 16 KiB).
+    pub async fn fail(
+        &self,
+        id: JobId,
+        attempt: i32,
+        error: &str,
+        retry: Retry,
+    ) -> Result<FailOutcome> {
+        let (permanent, backoff) = match retry {
+            Retry::Backoff(b) => (false, b),
+            Retry::Never => (true, crate::job::Backoff::default()),
+        };
+        let base_us = input::micros("backoff", backoff.base())?;
+        let cap_us = input::micros("backoff", backoff.cap())?;
+        let error = input::error_message(error);
+        let conn = self.conn("record a failed job").await?;
+        db::job::fail(
+            &**conn,
+            &self.inner.sql,
+            id,
+            attempt,
+            &error,
+            permanent,
+            base_us,
+            cap_us,
+        )
+        .await
+        .map_err(Error::db("record a failed job"))
+    }
+
+    /// Renews a running job's lease to `lease` from the database's `now()` (S7), guarded like
+    /// [`Client::complete`]. [`Transition::Lost`] means the job is no longer this claim's:
+    /// stop working on it, and do not write its result.
+    pub async fn extend(&self, id: JobId, attempt: i32, lease: Duration) -> Result<Transition> {
+        let lease_us = input::lease_micros(lease)?;
+        let conn = self.conn("extend a lease").await?;
+        db::job::extend(&**conn, &self.inner.sql, id, attempt, lease_us)
+            .await
+            .map_err(Error::db("extend a lease"))
+    }
+
+    /// Returns every job whose lease has expired to `queued`, or to `failed` if it has used
+    /// all its attempts (S6). Keeps an earlier `last_error`, else records `lease expired`.
+    pub async fn reap(&self) -> Result<Vec<ReapedJob>> {
+        let conn = self.conn("reap expired leases").await?;
+        db::job::reap(&**conn, &self.inner.sql)
+            .await
+            .map_err(Error::db("reap expired leases"))
+    }
+
+    /// One job by id, or `None`.
+    pub async fn get(&self, id: JobId) -> Result<Option<JobRow>> {
+        let conn = self.conn("read a job").await?;
+        db::job::get(&**conn, &self.inner.sql, id)
+            .await
+            .map_err(Error::db("read a job"))
+    }
+}

@@ -1,0 +1,231 @@
+//! The job lifecycle statements, bound and decoded for tokio-postgres.
+//!
+//! Every call uses an unnamed statement with its parameter types given (`query_typed`): one
+//! round trip, and no named prepared statements, so it also works through PgBouncer in
+//! transaction mode.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::types::Type;
+use tokio_postgres::{Error, GenericClient, Row};
+
+use super::Sql;
+use crate::job::{
+    ClaimedJob, EncodedBatch, EncodedJob, FailOutcome, JobId, JobRow, JobState, ReapedJob,
+    Transition,
+};
+
+pub(crate) async fn insert<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    j: &EncodedJob,
+) -> Result<JobId, Error> {
+    let row = c
+        .query_typed_one(
+            &sql.insert,
+            &[
+                (&j.queue, Type::TEXT),
+                (&j.kind, Type::TEXT),
+                (&j.payload, Type::TEXT),
+                (&j.priority, Type::INT2),
+                (&j.max_attempts, Type::INT4),
+                (&j.run_at_us, Type::INT8),
+                (&j.delay_us, Type::INT8),
+            ],
+        )
+        .await?;
+    Ok(JobId(row.try_get(0)?))
+}
+
+pub(crate) async fn insert_many<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    b: &EncodedBatch,
+) -> Result<Vec<JobId>, Error> {
+    if b.len() == 0 {
+        return Ok(Vec::new());
+    }
+    let rows = c
+        .query_typed(
+            &sql.insert_many,
+            &[
+                (&b.queue, Type::TEXT_ARRAY),
+                (&b.kind, Type::TEXT_ARRAY),
+                (&b.payload, Type::TEXT_ARRAY),
+                (&b.priority, Type::INT2_ARRAY),
+                (&b.max_attempts, Type::INT4_ARRAY),
+                (&b.run_at_us, Type::INT8_ARRAY),
+                (&b.delay_us, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
+}
+
+pub(crate) async fn claim<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    queue: &str,
+    limit: i64,
+    lease_us: i64,
+) -> Result<Vec<ClaimedJob>, Error> {
+    let rows = c
+        .query_typed(
+            &sql.claim,
+            &[
+                (&queue, Type::TEXT),
+                (&limit, Type::INT8),
+                (&lease_us, Type::INT8),
+            ],
+        )
+        .await?;
+    let mut jobs = rows
+        .iter()
+        .map(claimed_job)
+        .collect::<Result<Vec<_>, _>>()?;
+    // UPDATE ... RETURNING has no order; hand jobs out in claim order.
+    jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
+    Ok(jobs)
+}
+
+fn claimed_job(r: &Row) -> Result<ClaimedJob, Error> {
+    Ok(ClaimedJob {
+        id: JobId(r.try_get("id")?),
+        queue: r.try_get("queue")?,
+        kind: r.try_get("kind")?,
+        payload: r.try_get("payload")?,
+        attempt: r.try_get("attempts")?,
+        max_attempts: r.try_get("max_attempts")?,
+        priority: r.try_get("priority")?,
+        run_at: r.try_get("run_at")?,
+        created_at: r.try_get("created_at")?,
+        locked_until: r.try_get("locked_until")?,
+    })
+}
+
+pub(crate) async fn complete<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    id: JobId,
+    attempt: i32,
+) -> Result<Transition, Error> {
+    let n = c
+        .execute_typed(
+            &sql.complete,
+            &[(&id.0, Type::INT8), (&attempt, Type::INT4)],
+        )
+        .await?;
+    Ok(transition(n))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn fail<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    id: JobId,
+    attempt: i32,
+    error: &str,
+    permanent: bool,
+    base_us: i64,
+    cap_us: i64,
+) -> Result<FailOutcome, Error> {
+    let row = c
+        .query_typed_opt(
+            &sql.fail,
+            &[
+                (&id.0, Type::INT8),
+                (&attempt, Type::INT4),
+                (&error, Type::TEXT),
+                (&permanent, Type::BOOL),
+                (&base_us, Type::INT8),
+                (&cap_us, Type::INT8),
+            ],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(FailOutcome::Lost);
+    };
+    let status: &str = row.try_get("status")?;
+    Ok(match JobState::parse(status) {
+        Some(JobState::Queued) => {
+            let retry_in_us: i64 = row.try_get("retry_in_us")?;
+            FailOutcome::Retrying {
+                run_at: row.try_get("run_at")?,
+                retry_in: Duration::from_micros(retry_in_us.max(0).unsigned_abs()),
+            }
+        }
+        _ => FailOutcome::Failed,
+    })
+}
+
+pub(crate) async fn extend<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    id: JobId,
+    attempt: i32,
+    lease_us: i64,
+) -> Result<Transition, Error> {
+    let n = c
+        .execute_typed(
+            &sql.extend,
+            &[
+                (&id.0, Type::INT8),
+                (&attempt, Type::INT4),
+                (&lease_us, Type::INT8),
+            ],
+        )
+        .await?;
+    Ok(transition(n))
+}
+
+pub(crate) async fn reap<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+) -> Result<Vec<ReapedJob>, Error> {
+    let rows = c.query_typed(&sql.reap, &[]).await?;
+    rows.iter()
+        .map(|r| {
+            let status: &str = r.try_get("status")?;
+            Ok(ReapedJob {
+                id: JobId(r.try_get("id")?),
+                state: JobState::parse(status).unwrap_or(JobState::Queued),
+                attempts: r.try_get("attempts")?,
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn get<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    id: JobId,
+) -> Result<Option<JobRow>, Error> {
+    let Some(r) = c.query_typed_opt(&sql.get, &[(&id.0, Type::INT8)]).await? else {
+        return Ok(None);
+    };
+    let status: &str = r.try_get("status")?;
+    Ok(Some(JobRow {
+        id: JobId(r.try_get("id")?),
+        queue: r.try_get("queue")?,
+        kind: r.try_get("kind")?,
+        payload: r.try_get("payload")?,
+        // The CHECK constraint allows only the four states.
+        state: JobState::parse(status).unwrap_or(JobState::Failed),
+        priority: r.try_get("priority")?,
+        run_at: r.try_get::<_, SystemTime>("run_at")?,
+        attempts: r.try_get("attempts")?,
+        max_attempts: r.try_get("max_attempts")?,
+        locked_until: r.try_get("locked_until")?,
+        last_error: r.try_get("last_error")?,
+        created_at: r.try_get("created_at")?,
+        finished_at: r.try_get("finished_at")?,
+    }))
+}
+
+fn transition(rows: u64) -> Transition {
+    if rows == 1 {
+        Transition::Applied
+    } else {
+        Transition::Lost
+    }
+}

@@ -1,0 +1,36 @@
+//! The migration runner's statements.
+
+use tokio_postgres::types::Type;
+use tokio_postgres::{Error, Transaction};
+
+use super::Sql;
+
+pub(crate) async fn lock(tx: &Transaction<'_>, sql: &Sql, key: i64) -> Result<(), Error> {
+    tx.query_typed(&sql.schema_lock, &[(&key, Type::INT8)])
+        .await
+        .map(drop)
+}
+
+pub(crate) async fn bootstrap(tx: &Transaction<'_>, sql: &Sql) -> Result<(), Error> {
+    tx.batch_execute(&sql.schema_bootstrap).await
+}
+
+pub(crate) async fn version(tx: &Transaction<'_>, sql: &Sql) -> Result<i32, Error> {
+    tx.query_typed_one(&sql.schema_version, &[])
+        .await?
+        .try_get(0)
+}
+
+pub(crate) async fn record(
+    tx: &Transaction<'_>,
+    sql: &Sql,
+    version: i32,
+    name: &str,
+) -> Result<(), Error> {
+    tx.execute_typed(
+        &sql.schema_record,
+        &[(&version, Type::INT4), (&name, Type::TEXT)],
+    )
+    .await
+    .map(drop)
+}

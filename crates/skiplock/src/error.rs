@@ -1,0 +1,128 @@
+//! The library's error type.
+
+/// What went wrong in a skiplock call.
+///
+/// Each variant names *our* operation; the driver's error, when there is one, is the
+/// [`source`](std::error::Error::source), not repeated in the message. Print the whole chain
+/// (for example with `anyhow`'s `{:#}`) to see the database's own words.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was refused before any SQL ran. Nothing was written.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// Which argument (`queue name`, `payload`, `max_attempts`, ...).
+        what: &'static str,
+        /// Why, in plain words.
+        reason: String,
+    },
+
+    /// One job of a batch was refused before any SQL ran. The batch is all-or-nothing:
+    /// nothing of it was written.
+    #[error("job {index} of the batch (counting from 0) was refused, so none was enqueued")]
+    InvalidBatchItem {
+        /// The position of the refused job in the batch.
+        index: usize,
+        /// Why it was refused (an [`Error::Invalid`]).
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// The database returned an error, or the connection failed, while doing `op`.
+    #[error("could not {op}")]
+    Database {
+        /// What we were doing, e.g. `claim jobs`.
+        op: &'static str,
+        /// The driver's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// No connection could be had from the pool while doing `op`.
+    #[error("could not get a database connection to {op}")]
+    Pool {
+        /// What we were about to do.
+        op: &'static str,
+        /// The pool's error.
+        #[source]
+        source: deadpool_postgres::PoolError,
+    },
+
+    /// A migration failed; its transaction was rolled back, so the schema is as it was.
+    #[error("migration {version} ({name}) failed")]
+    Migration {
+        /// The migration's version number.
+        version: i32,
+        /// The migration's name.
+        name: &'static str,
+        /// The database's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+
+    /// The schema was migrated by a newer skiplock than this one.
+    #[error(
+        "schema {schema} is at migration {found}, newer than this skiplock knows ({known}); \
+         upgrade skiplock"
+    )]
+    SchemaTooNew {
+        /// The schema's name.
+        schema: String,
+        /// The version recorded in the schema.
+        found: i32,
+        /// The newest version this build knows.
+        known: i32,
+    },
+
+    /// The database returned an error through sqlx while doing `op`.
+    #[cfg(feature = "sqlx-0_8")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlx-0_8")))]
+    #[error("could not {op}")]
+    Sqlx {
+        /// What we were doing.
+        op: &'static str,
+        /// sqlx's error.
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+/// `Result` with skiplock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::Invalid {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// A closure mapping a driver error to [`Error::Database`] for `op`.
+    pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Self {
+        move |source| Error::Database { op, source }
+    }
+
+    /// Whether the input was refused before any SQL ran.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Error::Invalid { .. } | Error::InvalidBatchItem { .. })
+    }
+
+    /// The database's error report, when the database returned one.
+    pub fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
+        match self {
+            Error::Database { source, .. } | Error::Migration { source, .. } => {
+                source.as_db_error()
+            }
+            _ => None,
+        }
+    }
+
+    /// The SQLSTATE code, when the database returned one.
+    pub fn code(&self) -> Option<&tokio_postgres::error::SqlState> {
+        match self {
+            Error::Database { source, .. } | Error::Migration { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+}

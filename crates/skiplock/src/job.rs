@@ -1,0 +1,460 @@
+//! Jobs: what is enqueued, what a claim hands out, and the states a job moves through.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::input;
+
+/// A job's id (the `jobs.id` identity column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub i64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The four states of the article's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for `run_at`, then for a claim.
+    Queued,
+    /// Claimed; `locked_until` is the lease.
+    Running,
+    /// Completed.
+    Done,
+    /// Gave up: a permanent error, or `max_attempts` used up.
+    Failed,
+}
+
+impl JobState {
+    /// The value stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => JobState::Queued,
+            "running" => JobState::Running,
+            "done" => JobState::Done,
+            "failed" => JobState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The queue a job goes to unless told otherwise.
+pub const DEFAULT_QUEUE: &str = "default";
+/// The article's default `max_attempts`.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+
+/// A job to enqueue: a kind (which handler runs it), a JSON payload and options.
+///
+/// ```
+/// use std::time::Duration;
+/// use skiplock::NewJob;
+///
+/// let job = NewJob::new("send_email", &serde_json::json!({ "to": "a@example.com" }))
+///     .queue("emails")
+///     .priority(-1)
+///     .max_attempts(10)
+///     .delay(Duration::from_secs(30));
+/// ```
+///
+/// Nothing is checked until the job is enqueued; then every field is validated before any
+/// SQL runs, and a refused job leaves the queue untouched.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub(crate) kind: String,
+    pub(crate) payload: std::result::Result<String, String>,
+    pub(crate) queue: String,
+    pub(crate) priority: i16,
+    pub(crate) max_attempts: i32,
+    pub(crate) schedule: Schedule,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Schedule {
+    Delay(Duration),
+    At(SystemTime),
+}
+
+impl NewJob {
+    /// A job of `kind` whose payload is `payload` serialized as JSON.
+    pub fn new<T: Serialize + ?Sized>(kind: impl Into<String>, payload: &T) -> Self {
+        Self::with_payload(
+            kind.into(),
+            serde_json::to_string(payload).map_err(|e| e.to_string()),
+        )
+    }
+
+    /// A job of `kind` whose payload is JSON text (checked when enqueued).
+    pub fn from_json(kind: impl Into<String>, json: impl Into<String>) -> Self {
+        Self::with_payload(kind.into(), Ok(json.into()))
+    }
+
+    fn with_payload(kind: String, payload: std::result::Result<String, String>) -> Self {
+        NewJob {
+            kind,
+            payload,
+            queue: DEFAULT_QUEUE.to_owned(),
+            priority: 0,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            schedule: Schedule::Delay(Duration::ZERO),
+        }
+    }
+
+    /// The queue (default `"default"`): 1 to 128 characters from `[A-Za-z0-9_.-]`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// The priority (default 0). Lower runs first; within a priority, earlier `run_at`, then
+    /// lower id.
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// How many times the job may be claimed before it is `failed` (default 5; 1 to 10,000).
+    pub fn max_attempts(mut self, n: i32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Run no earlier than `delay` after the database's `now()` at enqueue (at most 100 years).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.schedule = Schedule::Delay(delay);
+        self
+    }
+
+    /// Run no earlier than `at` (a time in the past means at once).
+    pub fn run_at(mut self, at: SystemTime) -> Self {
+        self.schedule = Schedule::At(at);
+        self
+    }
+
+    /// Validates every field and turns the job into the values bound to the insert.
+    pub(crate) fn encode(&self, max_payload_bytes: usize) -> Result<EncodedJob> {
+        input::queue_name(&self.queue)?;
+        input::kind_name(&self.kind)?;
+        input::max_attempts(self.max_attempts)?;
+        let payload = self
+            .payload
+            .as_ref()
+            .map_err(|e| Error::invalid("payload", format!("it could not be serialized: {e}")))?;
+        input::payload(payload, max_payload_bytes)?;
+        let (run_at_us, delay_us) = match self.schedule {
+            Schedule::Delay(d) => (None, input::delay_micros(d)?),
+            Schedule::At(t) => (Some(input::timestamp_micros(t)?), 0),
+        };
+        Ok(EncodedJob {
+            queue: self.queue.clone(),
+            kind: self.kind.clone(),
+            payload: payload.clone(),
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            run_at_us,
+            delay_us,
+        })
+    }
+}
+
+/// A validated job, as bound to `job_insert.sql`.
+#[derive(Debug)]
+pub(crate) struct EncodedJob {
+    pub queue: String,
+    pub kind: String,
+    pub payload: String,
+    pub priority: i16,
+    pub max_attempts: i32,
+    pub run_at_us: Option<i64>,
+    pub delay_us: i64,
+}
+
+/// Validated jobs as one array per column, as bound to `job_insert_many.sql`.
+#[derive(Debug, Default)]
+pub(crate) struct EncodedBatch {
+    pub queue: Vec<String>,
+    pub kind: Vec<String>,
+    pub payload: Vec<String>,
+    pub priority: Vec<i16>,
+    pub max_attempts: Vec<i32>,
+    pub run_at_us: Vec<Option<i64>>,
+    pub delay_us: Vec<i64>,
+}
+
+/// The most payload bytes one batch may carry (PostgreSQL refuses messages over 1 GiB).
+pub const MAX_BATCH_BYTES: usize = 256 * 1024 * 1024;
+
+impl EncodedBatch {
+    /// Validates every job; the first refusal refuses the whole batch.
+    pub(crate) fn encode(jobs: &[NewJob], max_payload_bytes: usize) -> Result<Self> {
+        let mut b = EncodedBatch::default();
+        let mut bytes = 0usize;
+        for (index, job) in jobs.iter().enumerate() {
+            let e = job
+                .encode(max_payload_bytes)
+                .map_err(|e| Error::InvalidBatchItem {
+                    index,
+                    source: Box::new(e),
+                })?;
+            bytes += e.payload.len();
+            if bytes > MAX_BATCH_BYTES {
+                return Err(Error::invalid(
+                    "batch",
+                    format!("its payloads exceed {MAX_BATCH_BYTES} bytes at job {index}; split it"),
+                ));
+            }
+            b.queue.push(e.queue);
+            b.kind.push(e.kind);
+            b.payload.push(e.payload);
+            b.priority.push(e.priority);
+            b.max_attempts.push(e.max_attempts);
+            b.run_at_us.push(e.run_at_us);
+            b.delay_us.push(e.delay_us);
+        }
+        Ok(b)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// A job handed out by a claim. Its lease runs until `locked_until`; `attempt` is the
+/// fencing token every later write of this job must present.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClaimedJob {
+    /// The job's id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its payload, as JSON text.
+    pub payload: String,
+    /// The attempt this claim started (1 for the first run). Present it to
+    /// [`Client::complete`](crate::Client::complete) and friends.
+    pub attempt: i32,
+    /// How many attempts the job may have.
+    pub max_attempts: i32,
+    /// Its priority.
+    pub priority: i16,
+    /// When it became ready.
+    pub run_at: SystemTime,
+    /// When it was enqueued.
+    pub created_at: SystemTime,
+    /// The end of this claim's lease.
+    pub locked_until: SystemTime,
+}
+
+impl ClaimedJob {
+    /// The payload deserialized into `T`.
+    pub fn payload_as<T: DeserializeOwned>(&self) -> std::result::Result<T, serde_json::Error> {
+        serde_json::from_str(&self.payload)
+    }
+}
+
+/// One job row, every column.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobRow {
+    /// `id`
+    pub id: JobId,
+    /// `queue`
+    pub queue: String,
+    /// `kind`
+    pub kind: String,
+    /// `payload`, as JSON text
+    pub payload: String,
+    /// `status`
+    pub state: JobState,
+    /// `priority`
+    pub priority: i16,
+    /// `run_at`
+    pub run_at: SystemTime,
+    /// `attempts`
+    pub attempts: i32,
+    /// `max_attempts`
+    pub max_attempts: i32,
+    /// `locked_until`
+    pub locked_until: Option<SystemTime>,
+    /// `last_error`
+    pub last_error: Option<String>,
+    /// `created_at`
+    pub created_at: SystemTime,
+    /// `finished_at`
+    pub finished_at: Option<SystemTime>,
+}
+
+/// The result of a guarded write (complete, extend): whether the job was still this
+/// worker's.
+#[must_use = "a guarded write can be refused; a refused job is no longer yours"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// The guard held: the row was `running` with the presented attempt, and was updated.
+    Applied,
+    /// The guard did not hold: the job is no longer this claim's (lease expired and reaped,
+    /// re-claimed by another worker, cancelled). Nothing was written. Never count it as done.
+    Lost,
+}
+
+impl Transition {
+    /// Whether the write happened.
+    pub fn is_applied(self) -> bool {
+        self == Transition::Applied
+    }
+}
+
+/// What [`Client::fail`](crate::Client::fail) did.
+#[must_use = "a guarded write can be refused; a refused job is no longer yours"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Back to `queued`, to run again at `run_at` (`retry_in` after the database's `now()`).
+    Retrying {
+        /// When it will be ready again.
+        run_at: SystemTime,
+        /// How long from the failure, by the database's clock.
+        retry_in: Duration,
+    },
+    /// `failed` for good: a permanent error, or its last attempt.
+    Failed,
+    /// The guard did not hold (see [`Transition::Lost`]); nothing was written.
+    Lost,
+}
+
+/// Whether a failed attempt may be retried, and after how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Retry (until `max_attempts`) after `least(cap, base * 2^attempts)`.
+    Backoff(Backoff),
+    /// Do not retry: `failed` now.
+    Never,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry::Backoff(Backoff::default())
+    }
+}
+
+/// Exponential backoff: attempt `n` failing waits `least(cap, base * 2^n)`.
+///
+/// The article's numbers are the default: base 10 s, cap 1 hour, so 20 s, 40 s, 80 s, 160 s
+/// after attempts 1 to 4. The exponent is bounded in SQL, so no attempt count overflows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    base: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    /// The default base: 10 seconds.
+    pub const DEFAULT_BASE: Duration = Duration::from_secs(10);
+    /// The default cap: 1 hour.
+    pub const DEFAULT_CAP: Duration = Duration::from_secs(3600);
+    /// The largest cap accepted: 365 days.
+    pub const MAX_CAP: Duration = Duration::from_secs(365 * 24 * 3600);
+
+    /// A backoff with the given base and cap. The base must be positive and no larger than
+    /// the cap, the cap at most 365 days.
+    pub fn new(base: Duration, cap: Duration) -> Result<Self> {
+        if base.is_zero() || base > cap || cap > Self::MAX_CAP {
+            return Err(Error::invalid(
+                "backoff",
+                format!(
+                    "base {base:?} and cap {cap:?}: need 0 < base <= cap <= {:?}",
+                    Self::MAX_CAP
+                ),
+            ));
+        }
+        Ok(Backoff { base, cap })
+    }
+
+    /// The base.
+    pub fn base(&self) -> Duration {
+        self.base
+    }
+
+    /// The cap.
+    pub fn cap(&self) -> Duration {
+        self.cap
+    }
+
+    /// The wait after attempt `attempts` fails: `least(cap, base * 2^attempts)`, computed the
+    /// way the database does (this is for display; the database's value is the one used).
+    pub fn delay_after(&self, attempts: i32) -> Duration {
+        let exp = attempts.clamp(0, 60);
+        let secs = self.base.as_secs_f64() * 2f64.powi(exp);
+        Duration::from_secs_f64(secs.min(self.cap.as_secs_f64()))
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Self::DEFAULT_BASE,
+            cap: Self::DEFAULT_CAP,
+        }
+    }
+}
+
+/// A job the reaper moved because its lease had expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReapedJob {
+    /// The job.
+    pub id: JobId,
+    /// Where it went: `Queued` (to run again) or `Failed` (no attempts left).
+    pub state: JobState,
+    /// Its attempts so far.
+    pub attempts: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn article_backoff() {
+        let b = Backoff::default();
+        let got: Vec<u64> = (1..=4).map(|n| b.delay_after(n).as_secs()).collect();
+        assert_eq!(got, [20, 40, 80, 160]);
+        assert_eq!(b.delay_after(9).as_secs(), 3600);
+        assert_eq!(b.delay_after(i32::MAX).as_secs(), 3600);
+        assert!(Backoff::new(Duration::ZERO, Duration::from_secs(1)).is_err());
+        assert!(Backoff::new(Duration::from_secs(2), Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn batch_is_all_or_nothing() {
+        let jobs = vec![
+            NewJob::new("k", &1),
+            NewJob::new("k", &2).queue("bad queue"),
+            NewJob::new("k", &3),
+        ];
+        match EncodedBatch::encode(&jobs, 1024) {
+            Err(Error::InvalidBatchItem { index: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}

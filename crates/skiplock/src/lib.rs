@@ -1,0 +1,71 @@
+//! skiplock: a background-job queue that keeps its jobs in PostgreSQL.
+//!
+//! One table; claims with `FOR UPDATE SKIP LOCKED` in a short transaction that records a
+//! lease; completion and retry guarded by the attempt count; a reaper for expired leases;
+//! `LISTEN/NOTIFY` as a wake-up hint. No extensions, plain SQL, PostgreSQL 13 and later.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use skiplock::{Client, NewJob, Retry};
+//!
+//! # async fn run() -> Result<(), skiplock::Error> {
+//! let client = Client::connect("postgres://postgres@127.0.0.1/app")?;
+//! client.migrate().await?;
+//!
+//! // Enqueue (or use enqueue_tx inside your own transaction).
+//! let id = client
+//!     .enqueue(&NewJob::new("send_email", &serde_json::json!({ "to": "a@example.com" })))
+//!     .await?;
+//!
+//! // Claim a batch with a lease, run each job outside any transaction, then finish it
+//! // with a write guarded by the attempt the claim returned.
+//! for job in client.claim("default", 10, Duration::from_secs(300)).await? {
+//!     let outcome = match send(&job.payload).await {
+//!         Ok(()) => client.complete(job.id, job.attempt).await?.is_applied(),
+//!         Err(e) => !matches!(
+//!             client.fail(job.id, job.attempt, &e, Retry::default()).await?,
+//!             skiplock::FailOutcome::Lost
+//!         ),
+//!     };
+//!     if !outcome {
+//!         // The lease expired and the job was taken over: not ours to count.
+//!     }
+//! }
+//! # let _ = id; Ok(())
+//! # }
+//! # async fn send(_: &str) -> Result<(), String> { Ok(()) }
+//! ```
+//!
+//! Every statement lives in the crate's `queries/` folder, one file per statement, and can
+//! be read at run time with [`Client::statement`].
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod client;
+mod db;
+mod error;
+mod executor;
+pub mod input;
+mod job;
+pub mod lab;
+mod migrate;
+mod schema;
+
+pub use client::{
+    Client, ClientBuilder, DEFAULT_APPLICATION_NAME, DEFAULT_LEASE, DEFAULT_POOL_SIZE,
+};
+pub use db::Statement;
+pub use error::{Error, Result};
+pub use executor::{Conn, Executor};
+pub use job::{
+    Backoff, ClaimedJob, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
+    Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_BATCH_BYTES,
+};
+pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
+pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
+
+/// Re-exported drivers, so that callers use the same versions skiplock does.
+pub mod reexports {
+    pub use deadpool_postgres;
+    pub use tokio_postgres;
+}

@@ -1,0 +1,179 @@
+//! Bad input gets a clear one-line error before any SQL runs, and changes nothing.
+
+use std::time::Duration;
+
+use skiplock::{Client, Error, NewJob};
+
+use crate::support::setup;
+
+/// An address where nothing listens: if a call got as far as connecting, it would fail
+/// with a connection error instead of the validation error asserted.
+const NOWHERE: &str = "postgres://nobody@127.0.0.1:1/none?connect_timeout=1";
+
+fn assert_invalid(err: Error, needle: &str) {
+    let text = err.to_string();
+    assert!(err.is_invalid_input(), "not a validation error: {text}");
+    assert!(
+        text.contains(needle),
+        "{text:?} does not mention {needle:?}"
+    );
+    assert!(!text.contains('\n'), "not one line: {text:?}");
+}
+
+#[test]
+fn bad_schema_names_are_refused_before_connecting() {
+    for bad in [
+        "",
+        "evil\"; DROP SCHEMA public CASCADE;--",
+        "a$$b",
+        "o'brien",
+        "x;y",
+        "with space",
+        "tab\tname",
+        "pg_toast",
+        &"s".repeat(59),
+    ] {
+        let err = Client::builder(NOWHERE).schema(bad).build().unwrap_err();
+        assert_invalid(err, "schema name");
+    }
+    assert_invalid(
+        Client::builder("not a url").build().unwrap_err(),
+        "database URL",
+    );
+}
+
+#[tokio::test]
+async fn bad_jobs_are_refused_and_nothing_changes() {
+    let b = setup().await;
+    let cases: Vec<(NewJob, &str)> = vec![
+        (NewJob::new("k", &1).queue(""), "queue name"),
+        (
+            NewJob::new("k", &1).queue("q'; DROP TABLE jobs;--"),
+            "queue name",
+        ),
+        (
+            NewJob::new("k", &1).queue("\"; SELECT pg_sleep(10);--"),
+            "queue name",
+        ),
+        (NewJob::new("k", &1).queue("q".repeat(10_000)), "queue name"),
+        (NewJob::new("", &1), "job kind"),
+        (NewJob::new("k k", &1), "job kind"),
+        (NewJob::new("k", &1).max_attempts(0), "max_attempts"),
+        (NewJob::new("k", &1).max_attempts(-1), "max_attempts"),
+        (NewJob::new("k", &1).max_attempts(i32::MAX), "max_attempts"),
+        (NewJob::new("k", &"nul \u{0}"), "\\u0000"),
+        (NewJob::from_json("k", r#"{"a":"\u0000"}"#), "\\u0000"),
+        (NewJob::from_json("k", r#"{"a":"\ud800"}"#), "surrogate"),
+        (NewJob::from_json("k", "{not json"), "not valid JSON"),
+        (NewJob::from_json("k", "{} {}"), "not valid JSON"),
+        (NewJob::from_json("k", "NaN"), "not valid JSON"),
+        (
+            NewJob::from_json("k", format!("{}{}", "[".repeat(10_000), "]".repeat(10_000))),
+            "nested",
+        ),
+        (NewJob::new("k", &"x".repeat(2 * 1024 * 1024)), "limit"),
+        (NewJob::new("k", &1).delay(Duration::MAX), "delay"),
+        (
+            NewJob::new("k", &1).run_at(std::time::UNIX_EPOCH - Duration::from_secs(1)),
+            "run_at",
+        ),
+        (
+            NewJob::new("k", &1)
+                .run_at(std::time::UNIX_EPOCH + Duration::from_secs(300_000_000_000)),
+            "run_at",
+        ),
+    ];
+    for (job, needle) in &cases {
+        let err = b.client.enqueue(job).await.unwrap_err();
+        assert_invalid(err, needle);
+        let mut conn = b.db.connect().await.unwrap();
+        let tx = conn.transaction().await.unwrap();
+        assert_invalid(b.client.enqueue_tx(&tx, job).await.unwrap_err(), needle);
+    }
+    // A batch with one bad job among valid ones is refused whole, naming the bad one.
+    let mut batch: Vec<NewJob> = (0..999).map(|i| NewJob::new("k", &i)).collect();
+    batch.insert(500, NewJob::new("k", &1).queue("bad queue"));
+    match b.client.enqueue_many(&batch).await.unwrap_err() {
+        Error::InvalidBatchItem { index, source } => {
+            assert_eq!(index, 500);
+            assert!(source.to_string().contains("queue name"));
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(b.count("true").await, 0, "nothing was enqueued");
+    // The schema is intact.
+    let tables: i64 = b
+        .raw
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+            &[&b.db.schema()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 2);
+}
+
+#[tokio::test]
+async fn the_payload_cap_is_configurable_and_exact() {
+    let b = setup().await;
+    let client = Client::builder(b.db.url())
+        .schema(b.db.schema())
+        .max_payload_bytes(100)
+        .build()
+        .unwrap();
+    let at_cap = format!("\"{}\"", "é".repeat(49)); // 2 + 98 bytes
+    assert_eq!(at_cap.len(), 100);
+    let id = client
+        .enqueue(&NewJob::from_json("k", at_cap.clone()))
+        .await
+        .unwrap();
+    assert_eq!(client.get(id).await.unwrap().unwrap().payload, at_cap);
+    let over = format!("\"{}x\"", "é".repeat(49));
+    assert_invalid(
+        client
+            .enqueue(&NewJob::from_json("k", over))
+            .await
+            .unwrap_err(),
+        "limit",
+    );
+}
+
+#[tokio::test]
+async fn bad_claim_arguments_are_refused() {
+    let b = setup().await;
+    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    assert_invalid(
+        b.client
+            .claim("bad queue", 1, Duration::from_secs(60))
+            .await
+            .unwrap_err(),
+        "queue name",
+    );
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(999),
+        Duration::from_secs(100 * 86400),
+    ] {
+        assert_invalid(
+            b.client.claim("default", 1, lease).await.unwrap_err(),
+            "lease",
+        );
+    }
+    assert!(b
+        .client
+        .claim("default", 0, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(b.count("status = 'queued'").await, 1, "nothing was claimed");
+}
+
+/// An unreachable database is an error, never a panic.
+#[tokio::test]
+async fn an_unreachable_database_is_a_clear_error() {
+    let client = Client::connect(NOWHERE).unwrap();
+    let err = client.enqueue(&NewJob::new("k", &1)).await.unwrap_err();
+    assert!(matches!(err, Error::Pool { .. }), "{err}");
+    assert!(err.to_string().contains("enqueue a job"));
+}

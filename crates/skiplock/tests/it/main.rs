@@ -1,0 +1,9 @@
+//! Integration tests: every test talks to a real PostgreSQL (`DATABASE_URL`, or a throwaway
+//! cluster started from the local server binaries), each in a schema of its own.
+
+mod bad_input;
+mod claim;
+mod enqueue;
+mod lifecycle;
+mod migrate;
+mod support;

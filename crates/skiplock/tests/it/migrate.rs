@@ -1,0 +1,146 @@
+//! Migrations (S1): idempotent, versioned, safe from two connections at once.
+
+use skiplock::{latest_version, migrate, Client, Schema};
+use skiplock_testdb::TestDb;
+
+#[tokio::test]
+async fn migrating_twice_is_a_no_op() {
+    let db = TestDb::new().await;
+    let client = Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap();
+    let first = client.migrate().await.unwrap();
+    assert_eq!((first.from, first.to), (0, latest_version()));
+    assert_eq!(first.applied.len(), skiplock::MIGRATIONS.len());
+    let again = client.migrate().await.unwrap();
+    assert_eq!((again.from, again.to), (latest_version(), latest_version()));
+    assert!(again.applied.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_migrations_both_succeed_and_apply_once() {
+    let db = TestDb::new().await;
+    let schema = Schema::new(db.schema()).unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        let mut conn = db.connect().await.unwrap();
+        let schema = schema.clone();
+        runs.push(tokio::spawn(
+            async move { migrate(&mut conn, &schema).await },
+        ));
+    }
+    let mut applied = 0;
+    for r in runs {
+        let report = r.await.unwrap().unwrap();
+        assert_eq!(report.to, latest_version());
+        applied += report.applied.len();
+    }
+    assert_eq!(
+        applied,
+        skiplock::MIGRATIONS.len(),
+        "each migration ran exactly once"
+    );
+    let conn = db.connect().await.unwrap();
+    let rows = conn
+        .query(
+            &format!(
+                "SELECT version, name FROM \"{}\".schema_migrations ORDER BY version",
+                db.schema()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), skiplock::MIGRATIONS.len());
+    assert_eq!(rows[0].get::<_, String>(1), "create_jobs");
+}
+
+/// The table has the article's columns and CHECK, the ready index and the statement trigger.
+#[tokio::test]
+async fn the_schema_has_the_article_table() {
+    let db = TestDb::new().await;
+    let client = Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap();
+    client.migrate().await.unwrap();
+    let conn = db.connect().await.unwrap();
+    let cols: Vec<String> = conn
+        .query(
+            "SELECT column_name::text FROM information_schema.columns
+             WHERE table_schema = $1 AND table_name = 'jobs' ORDER BY ordinal_position",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        cols,
+        [
+            "id",
+            "queue",
+            "payload",
+            "status",
+            "run_at",
+            "attempts",
+            "max_attempts",
+            "locked_until",
+            "last_error",
+            "created_at",
+            "kind",
+            "priority",
+            "finished_at"
+        ]
+    );
+    let idx: String = conn
+        .query_one(
+            "SELECT pg_get_indexdef(indexrelid) FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indexrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = 'jobs_ready_idx'",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(idx.contains("(queue, priority, run_at, id)"), "{idx}");
+    assert!(idx.contains("WHERE (status = 'queued'::text)"), "{idx}");
+    let trigger_is_statement_level: bool = conn
+        .query_one(
+            "SELECT (t.tgtype & 1) = 0 FROM pg_trigger t
+             JOIN pg_class c ON c.oid = t.tgrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND t.tgname = 'jobs_notify_insert'",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(trigger_is_statement_level);
+}
+
+/// A schema migrated by a newer skiplock is refused, not downgraded.
+#[tokio::test]
+async fn a_newer_schema_is_refused() {
+    let db = TestDb::new().await;
+    let client = Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap();
+    client.migrate().await.unwrap();
+    let conn = db.connect().await.unwrap();
+    conn.batch_execute(&format!(
+        "INSERT INTO \"{}\".schema_migrations (version, name) VALUES (9999, 'future')",
+        db.schema()
+    ))
+    .await
+    .unwrap();
+    let err = client.migrate().await.unwrap_err();
+    assert!(
+        matches!(err, skiplock::Error::SchemaTooNew { found: 9999, .. }),
+        "{err}"
+    );
+}
