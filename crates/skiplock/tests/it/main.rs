@@ -1,5 +1,6 @@
 //! Integration tests: every test talks to a real PostgreSQL (`DATABASE_URL`, or a throwaway
 //! cluster started from the local server binaries), each in a schema of its own.
+#![allow(clippy::unwrap_used)]
 
 mod bad_input;
 mod claim;
