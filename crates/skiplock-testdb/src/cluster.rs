@@ -88,6 +88,7 @@ impl LocalCluster {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| Error::io("create the cluster folder", &self.dir, e))?;
         self.hand_over(&self.dir)?;
+        self.check_reachable()?;
         let data = self.data_dir();
         let out = self.run(
             "initdb",
@@ -226,6 +227,30 @@ impl LocalCluster {
             .env("LC_ALL", "C");
         cmd.output()
             .map_err(|e| Error::io("run", Path::new(&line[0]), e))
+    }
+
+    /// As root, the server user must be able to reach the folder (a checkout under a
+    /// private home directory is not reachable).
+    fn check_reachable(&self) -> Result<(), Error> {
+        let Some(user) = &self.run_as else {
+            return Ok(());
+        };
+        let ok = Command::new("runuser")
+            .args(["-u", user, "--", "test", "-w"])
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| Error::io("run", Path::new("runuser"), e))?
+            .success();
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::NoServer(format!(
+                "the {user} user (PostgreSQL refuses to run as root) cannot reach {}; \
+                 choose a folder it can reach",
+                self.dir.display()
+            )))
+        }
     }
 
     /// Gives `path` to the server user when running as root.
