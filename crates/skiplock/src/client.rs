@@ -39,6 +39,9 @@ struct Inner {
     schema: Schema,
     sql: Sql,
     max_payload_bytes: usize,
+    /// The connection settings, when known (not for a client built from a pool): workers
+    /// open their LISTEN connection with them.
+    config: Option<tokio_postgres::Config>,
 }
 
 impl std::fmt::Debug for Client {
@@ -64,6 +67,7 @@ pub struct ClientBuilder {
     schema: String,
     max_payload_bytes: usize,
     pool_size: usize,
+    application_name: Option<String>,
 }
 
 impl ClientBuilder {
@@ -86,6 +90,14 @@ impl ClientBuilder {
         self
     }
 
+    /// The `application_name` of the client's connections (default `skiplock`, unless the
+    /// URL sets one), to recognise them in `pg_stat_activity`. Ignored for a pool given with
+    /// [`Client::from_pool`].
+    pub fn application_name(mut self, name: impl Into<String>) -> Self {
+        self.application_name = Some(name.into());
+        self
+    }
+
     /// Checks the settings and builds the client. Connects lazily: the first call that
     /// needs the database opens the first connection.
     pub fn build(self) -> Result<Client> {
@@ -93,15 +105,24 @@ impl ClientBuilder {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size", "it must be at least 1"));
         }
-        let pool = match self.source {
-            Source::Pool(pool) => pool,
-            Source::Url(url) => {
-                let cfg: tokio_postgres::Config = url.parse().map_err(|e| {
-                    Error::invalid("database URL", format!("it could not be parsed: {e}"))
-                })?;
-                build_pool(cfg, self.pool_size)?
+        let mut config = match self.source {
+            Source::Pool(_) => None,
+            Source::Url(ref url) => Some(url.parse::<tokio_postgres::Config>().map_err(|e| {
+                Error::invalid("database URL", format!("it could not be parsed: {e}"))
+            })?),
+            Source::Config(ref cfg) => Some((**cfg).clone()),
+        };
+        if let Some(cfg) = config.as_mut() {
+            if let Some(name) = &self.application_name {
+                cfg.application_name(name);
+            } else if cfg.get_application_name().is_none() {
+                cfg.application_name(DEFAULT_APPLICATION_NAME);
             }
-            Source::Config(cfg) => build_pool(*cfg, self.pool_size)?,
+        }
+        let pool = match (self.source, &config) {
+            (Source::Pool(pool), _) => pool,
+            (_, Some(cfg)) => build_pool(cfg.clone(), self.pool_size)?,
+            (_, None) => return Err(Error::invalid("database URL", "none was given")),
         };
         Ok(Client {
             inner: Arc::new(Inner {
@@ -109,15 +130,13 @@ impl ClientBuilder {
                 schema,
                 pool,
                 max_payload_bytes: self.max_payload_bytes,
+                config,
             }),
         })
     }
 }
 
-fn build_pool(mut cfg: tokio_postgres::Config, size: usize) -> Result<Pool> {
-    if cfg.get_application_name().is_none() {
-        cfg.application_name(DEFAULT_APPLICATION_NAME);
-    }
+fn build_pool(cfg: tokio_postgres::Config, size: usize) -> Result<Pool> {
     // `Fast` recycling sends no health-check query: an idle queue sends nothing at all.
     let mgr = Manager::from_config(
         cfg,
@@ -157,6 +176,7 @@ impl Client {
             schema: crate::schema::DEFAULT_SCHEMA.to_owned(),
             max_payload_bytes: input::DEFAULT_MAX_PAYLOAD_BYTES,
             pool_size: DEFAULT_POOL_SIZE,
+            application_name: None,
         }
     }
 
@@ -175,17 +195,27 @@ impl Client {
         &self.inner.pool
     }
 
-    /// The SQL text of a statement, as this client sends it (schema filled in).
-    pub fn statement(&self, statement: Statement) -> &str {
-        self.inner.sql.get(statement)
+    /// The connection settings the client was built with (`None` for a client built from a
+    /// pool).
+    pub fn config(&self) -> Option<&tokio_postgres::Config> {
+        self.inner.config.as_ref()
     }
 
-    async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
+    pub(crate) fn sql(&self) -> &Sql {
+        &self.inner.sql
+    }
+
+    pub(crate) async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
         self.inner
             .pool
             .get()
             .await
             .map_err(|source| Error::Pool { op, source })
+    }
+
+    /// The SQL text of a statement, as this client sends it (schema filled in).
+    pub fn statement(&self, statement: Statement) -> &str {
+        self.inner.sql.get(statement)
     }
 
     /// Creates or upgrades the schema (see [`migrate`](crate::migrate())).

@@ -45,11 +45,13 @@ mod client;
 mod db;
 mod error;
 mod executor;
+mod handler;
 pub mod input;
 mod job;
 pub mod lab;
 mod migrate;
 mod schema;
+mod worker;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_APPLICATION_NAME, DEFAULT_LEASE, DEFAULT_POOL_SIZE,
@@ -57,12 +59,14 @@ pub use client::{
 pub use db::Statement;
 pub use error::{Error, Result};
 pub use executor::{Conn, Executor};
+pub use handler::{BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry};
 pub use job::{
     Backoff, ClaimedJob, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
     Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_BATCH_BYTES,
 };
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
+pub use worker::{RunStats, Worker, WorkerBuilder, WorkerConfig};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.
 pub mod reexports {

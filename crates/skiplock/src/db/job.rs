@@ -229,3 +229,98 @@ fn transition(rows: u64) -> Transition {
         Transition::Lost
     }
 }
+
+/// One job's outcome, as bound to `job_finish_many.sql`.
+#[derive(Debug, Clone)]
+pub(crate) struct Finish {
+    pub id: JobId,
+    pub attempt: i32,
+    pub outcome: &'static str,
+    pub error: String,
+    pub delay_us: i64,
+    pub base_us: i64,
+    pub cap_us: i64,
+}
+
+/// Writes many outcomes; returns `(id, status, run_at)` of the rows written.
+pub(crate) async fn finish_many<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    batch: &[Finish],
+) -> Result<Vec<(JobId, JobState, SystemTime)>, Error> {
+    let ids: Vec<i64> = batch.iter().map(|f| f.id.0).collect();
+    let attempts: Vec<i32> = batch.iter().map(|f| f.attempt).collect();
+    let outcomes: Vec<&str> = batch.iter().map(|f| f.outcome).collect();
+    let errors: Vec<&str> = batch.iter().map(|f| f.error.as_str()).collect();
+    let delays: Vec<i64> = batch.iter().map(|f| f.delay_us).collect();
+    let bases: Vec<i64> = batch.iter().map(|f| f.base_us).collect();
+    let caps: Vec<i64> = batch.iter().map(|f| f.cap_us).collect();
+    let rows = c
+        .query_typed(
+            &sql.finish_many,
+            &[
+                (&ids, Type::INT8_ARRAY),
+                (&attempts, Type::INT4_ARRAY),
+                (&outcomes, Type::TEXT_ARRAY),
+                (&errors, Type::TEXT_ARRAY),
+                (&delays, Type::INT8_ARRAY),
+                (&bases, Type::INT8_ARRAY),
+                (&caps, Type::INT8_ARRAY),
+            ],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let status: &str = r.try_get(1)?;
+            Ok((
+                JobId(r.try_get(0)?),
+                JobState::parse(status).unwrap_or(JobState::Failed),
+                r.try_get(2)?,
+            ))
+        })
+        .collect()
+}
+
+/// Renews many leases; returns the ids renewed.
+pub(crate) async fn extend_many<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    jobs: &[(JobId, i32)],
+    lease_us: i64,
+) -> Result<Vec<JobId>, Error> {
+    let ids: Vec<i64> = jobs.iter().map(|j| j.0 .0).collect();
+    let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
+    let rows = c
+        .query_typed(
+            &sql.extend_many,
+            &[
+                (&ids, Type::INT8_ARRAY),
+                (&attempts, Type::INT4_ARRAY),
+                (&lease_us, Type::INT8),
+            ],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
+}
+
+/// Microseconds until the next queued job of `queue` is due, if any is queued.
+pub(crate) async fn next_run_at<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    queue: &str,
+) -> Result<Option<i64>, Error> {
+    c.query_typed_one(&sql.next_run_at, &[(&queue, Type::TEXT)])
+        .await?
+        .try_get(0)
+}
+
+/// Tries the reaper's advisory lock for the current transaction.
+pub(crate) async fn reaper_try_lock<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    key: i64,
+) -> Result<bool, Error> {
+    c.query_typed_one(&sql.reaper_try_lock, &[(&key, Type::INT8)])
+        .await?
+        .try_get(0)
+}

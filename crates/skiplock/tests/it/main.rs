@@ -8,3 +8,4 @@ mod enqueue;
 mod lifecycle;
 mod migrate;
 mod support;
+mod worker;

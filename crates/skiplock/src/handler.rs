@@ -1,0 +1,305 @@
+//! Typed jobs and the registry that maps a job's kind to the code that runs it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::input;
+use crate::job::{Backoff, JobId, NewJob, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE};
+
+/// A boxed error from a job handler.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A boxed, sendable future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A job type: a serde struct whose payload is the job's arguments, with the code that runs
+/// it.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use skiplock::{Job, JobContext, JobError};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct SendEmail {
+///     to: String,
+/// }
+///
+/// impl Job for SendEmail {
+///     const KIND: &'static str = "send_email";
+///     const QUEUE: &'static str = "emails";
+///
+///     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+///         if self.to.is_empty() {
+///             return Err(JobError::permanent("no recipient"));
+///         }
+///         // `?` on any error makes the attempt retryable.
+///         // ... send, checking ctx.is_cancelled() in long loops ...
+///         let _ = ctx.attempt;
+///         Ok(())
+///     }
+/// }
+///
+/// // Enqueue with: client.enqueue(&skiplock::NewJob::of(&SendEmail { to: "a@example.com".into() }))
+/// ```
+pub trait Job: Serialize + DeserializeOwned + Send + 'static {
+    /// The kind stored with each job; routes it to this type. `[A-Za-z0-9_.:-]{1,128}`.
+    const KIND: &'static str;
+    /// The queue [`NewJob::of`] puts it in (default `"default"`).
+    const QUEUE: &'static str = DEFAULT_QUEUE;
+
+    /// Per-kind settings: attempts, backoff, timeout, heartbeats.
+    fn options() -> JobOptions {
+        JobOptions::default()
+    }
+
+    /// Runs one attempt. `Ok` marks the job done; see [`JobError`] for the rest. A panic is
+    /// caught and counts as a retryable error.
+    fn run(self, ctx: JobContext) -> impl Future<Output = Result<(), JobError>> + Send;
+}
+
+/// How one attempt ended, when it did not succeed. `?` on any error gives
+/// [`JobError::Retry`].
+///
+/// (It deliberately does not implement `std::error::Error`, so that every error converts
+/// into it.)
+pub enum JobError {
+    /// Try again after the kind's backoff (`least(cap, base * 2^attempts)`), or `failed` once
+    /// `max_attempts` is used up. The message goes to `last_error`.
+    Retry(BoxError),
+    /// Do not try again: `failed` now. The message goes to `last_error`.
+    Permanent(BoxError),
+    /// Not now: back to `queued`, to run after the duration. Costs no attempt (`max_attempts`
+    /// is raised by one, since `attempts` never goes down).
+    Snooze(Duration),
+}
+
+impl JobError {
+    /// A retryable error with this message.
+    pub fn retry(msg: impl Into<BoxError>) -> Self {
+        JobError::Retry(msg.into())
+    }
+
+    /// A permanent error with this message.
+    pub fn permanent(msg: impl Into<BoxError>) -> Self {
+        JobError::Permanent(msg.into())
+    }
+
+    /// Run again after `after`, without spending an attempt.
+    pub fn snooze(after: Duration) -> Self {
+        JobError::Snooze(after)
+    }
+}
+
+impl<E: Into<BoxError>> From<E> for JobError {
+    fn from(e: E) -> Self {
+        JobError::Retry(e.into())
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobError::Retry(e) => write!(f, "Retry({e})"),
+            JobError::Permanent(e) => write!(f, "Permanent({e})"),
+            JobError::Snooze(d) => write!(f, "Snooze({d:?})"),
+        }
+    }
+}
+
+/// Per-kind settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobOptions {
+    /// Attempts before `failed` (default 5). Used when enqueueing with [`NewJob::of`].
+    pub max_attempts: i32,
+    /// Wait between attempts (default: the article's 10 s base, 1 hour cap).
+    pub backoff: Backoff,
+    /// Longest one attempt may run; then the handler is cancelled and the attempt fails
+    /// with `timeout` (default: none).
+    pub timeout: Option<Duration>,
+    /// Whether the worker renews this kind's leases while it runs (default true). Without
+    /// heartbeats, an attempt longer than the lease is reaped and may run again elsewhere.
+    pub heartbeat: bool,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        JobOptions {
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            backoff: Backoff::default(),
+            timeout: None,
+            heartbeat: true,
+        }
+    }
+}
+
+/// What a handler knows about the attempt it runs.
+#[derive(Clone)]
+pub struct JobContext {
+    /// The job's id.
+    pub id: JobId,
+    /// This attempt's number (1 for the first run).
+    pub attempt: i32,
+    /// The job's `max_attempts`.
+    pub max_attempts: i32,
+    /// The job's queue.
+    pub queue: String,
+    /// The job's kind.
+    pub kind: String,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) client: Client,
+}
+
+impl JobContext {
+    /// Whether the worker wants this attempt to stop: its lease was lost (the job is no
+    /// longer this worker's and its result will not be written), or shutdown reached its
+    /// deadline.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when [`JobContext::is_cancelled`] becomes true; `select!` on it in long work.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// The queue's client (for enqueueing follow-up jobs, or the pool).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl fmt::Debug for JobContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobContext")
+            .field("id", &self.id)
+            .field("attempt", &self.attempt)
+            .field("queue", &self.queue)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Code that runs jobs of one kind from their JSON payload. [`Job`] types get one
+/// automatically; implement it directly for untyped handlers (the `skiplock work --exec`
+/// runner does).
+pub trait Handler: Send + Sync + 'static {
+    /// Runs one attempt of a job whose payload is `payload` (JSON text).
+    fn call(&self, payload: String, ctx: JobContext) -> BoxFuture<Result<(), JobError>>;
+}
+
+struct Typed<J>(std::marker::PhantomData<fn() -> J>);
+
+impl<J: Job> Handler for Typed<J> {
+    fn call(&self, payload: String, ctx: JobContext) -> BoxFuture<Result<(), JobError>> {
+        Box::pin(async move {
+            match serde_json::from_str::<J>(&payload) {
+                Ok(job) => job.run(ctx).await,
+                Err(e) => Err(JobError::Permanent(
+                    format!("payload does not deserialize into {}: {e}", J::KIND).into(),
+                )),
+            }
+        })
+    }
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(String, JobContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+{
+    fn call(&self, payload: String, ctx: JobContext) -> BoxFuture<Result<(), JobError>> {
+        Box::pin(self(payload, ctx))
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub handler: Arc<dyn Handler>,
+    pub options: JobOptions,
+}
+
+/// Maps each job kind to its handler and options.
+#[derive(Clone, Default)]
+pub struct Registry {
+    pub(crate) kinds: HashMap<String, Entry>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// Registers a [`Job`] type under its `KIND`, with its `options()`.
+    pub fn register<J: Job>(self) -> Self {
+        self.register_handler(J::KIND, J::options(), Typed::<J>(std::marker::PhantomData))
+    }
+
+    /// Registers an untyped handler (anything implementing [`Handler`], including an async
+    /// closure `|payload: String, ctx: JobContext| async { ... }`).
+    pub fn register_handler(
+        mut self,
+        kind: impl Into<String>,
+        options: JobOptions,
+        handler: impl Handler,
+    ) -> Self {
+        self.kinds.insert(
+            kind.into(),
+            Entry {
+                handler: Arc::new(handler),
+                options,
+            },
+        );
+        self
+    }
+
+    /// Checks every kind name and option; [`WorkerBuilder::build`](crate::WorkerBuilder::build) calls it.
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (kind, e) in &self.kinds {
+            input::kind_name(kind)?;
+            input::max_attempts(e.options.max_attempts)?;
+            if e.options.timeout == Some(Duration::ZERO) {
+                return Err(Error::invalid("timeout", format!("{kind}: it is zero")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The registered kinds, sorted.
+    pub fn kinds(&self) -> Vec<&str> {
+        let mut k: Vec<&str> = self.kinds.keys().map(String::as_str).collect();
+        k.sort_unstable();
+        k
+    }
+
+    pub(crate) fn get(&self, kind: &str) -> Option<&Entry> {
+        self.kinds.get(kind)
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("kinds", &self.kinds())
+            .finish()
+    }
+}
+
+impl NewJob {
+    /// A job of type `J`: its kind, default queue and `max_attempts` come from the type.
+    pub fn of<J: Job>(job: &J) -> NewJob {
+        NewJob::new(J::KIND, job)
+            .queue(J::QUEUE)
+            .max_attempts(J::options().max_attempts)
+    }
+}

@@ -1,0 +1,155 @@
+//! Runs one job: finds its handler, runs it outside any transaction with its timeout,
+//! catches a panic, and turns the result into an outcome for the completer. A job whose
+//! lease was lost while it ran has its result dropped.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument as _;
+
+use super::{Counters, RunningJob, Shared};
+use crate::db::job::Finish;
+use crate::handler::{JobContext, JobError};
+use crate::input;
+use crate::job::{Backoff, ClaimedJob};
+
+pub(crate) async fn run(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+    let entry = shared.registry.get(&job.kind).cloned();
+    let cancel = shared.hard_stop.child_token();
+    shared.running().insert(
+        job.id,
+        RunningJob {
+            attempt: job.attempt,
+            cancel: cancel.clone(),
+            heartbeat: entry.as_ref().is_none_or(|e| e.options.heartbeat),
+            lost: false,
+        },
+    );
+    let span = tracing::info_span!(
+        "job",
+        kind = %job.kind,
+        id = %job.id,
+        attempt = job.attempt,
+        queue = %job.queue
+    );
+    let backoff = entry
+        .as_ref()
+        .map_or_else(Backoff::default, |e| e.options.backoff);
+    let outcome = async {
+        let Some(entry) = entry else {
+            let mut kinds = shared.registry.kinds().join(", ");
+            if kinds.is_empty() {
+                kinds.push_str("none");
+            }
+            return Outcome::Retry(format!(
+                "unknown job kind {:?}: this worker has no handler for it (it handles: {kinds})",
+                job.kind
+            ));
+        };
+        let ctx = JobContext {
+            id: job.id,
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            queue: job.queue.clone(),
+            kind: job.kind.clone(),
+            cancel,
+            client: shared.client.clone(),
+        };
+        let attempt = AssertUnwindSafe(entry.handler.call(job.payload.clone(), ctx)).catch_unwind();
+        let attempt = async {
+            match entry.options.timeout {
+                Some(t) => tokio::time::timeout(t, attempt).await.ok(),
+                None => Some(attempt.await),
+            }
+        };
+        tokio::select! {
+            biased;
+            () = shared.hard_stop.cancelled() => Outcome::Requeue(Duration::ZERO, "shutdown"),
+            result = attempt => match result {
+                None => Outcome::Retry("timeout".to_owned()),
+                Some(Err(panic)) => Outcome::Retry(format!("panicked: {}", panic_message(&*panic))),
+                Some(Ok(Ok(()))) => Outcome::Done,
+                Some(Ok(Err(JobError::Retry(e)))) => Outcome::Retry(chain(&*e)),
+                Some(Ok(Err(JobError::Permanent(e)))) => Outcome::Discard(chain(&*e)),
+                Some(Ok(Err(JobError::Snooze(d)))) => Outcome::Requeue(d, "snoozed"),
+            },
+        }
+    }
+    .instrument(span.clone())
+    .await;
+
+    let lost = shared.running().remove(&job.id).is_some_and(|r| r.lost);
+    drop(permit);
+    let _enter = span.enter();
+    if lost {
+        Counters::add(&shared.counters.lost, 1);
+        tracing::warn!("lease lost while running: result dropped (the job is no longer ours)");
+        return;
+    }
+    match &outcome {
+        Outcome::Done => tracing::debug!("done"),
+        Outcome::Retry(e) => tracing::info!(error = %e, "attempt failed"),
+        Outcome::Discard(e) => tracing::warn!(error = %e, "failed permanently"),
+        Outcome::Requeue(d, why) => tracing::info!(after = ?d, "{why}: back to the queue"),
+    }
+    send(&shared, &job, outcome, backoff);
+}
+
+/// Hands a claimed job that never started back to the queue at once.
+pub(crate) fn hand_back(shared: &Shared, job: &ClaimedJob) {
+    tracing::info!(id = %job.id, "claimed during shutdown: handed back");
+    send(
+        shared,
+        job,
+        Outcome::Requeue(Duration::ZERO, "handed back"),
+        Backoff::default(),
+    );
+}
+
+enum Outcome {
+    Done,
+    Retry(String),
+    Discard(String),
+    Requeue(Duration, &'static str),
+}
+
+fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome, backoff: Backoff) {
+    let (name, error, delay) = match outcome {
+        Outcome::Done => ("done", String::new(), Duration::ZERO),
+        Outcome::Retry(e) => ("retry", input::error_message(&e), Duration::ZERO),
+        Outcome::Discard(e) => ("discard", input::error_message(&e), Duration::ZERO),
+        Outcome::Requeue(d, _) => ("requeue", String::new(), d.min(input::MAX_DELAY)),
+    };
+    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    let finish = Finish {
+        id: job.id,
+        attempt: job.attempt,
+        outcome: name,
+        error,
+        delay_us: us(delay),
+        base_us: us(backoff.base()),
+        cap_us: us(backoff.cap()),
+    };
+    if shared.finish_tx.send(finish).is_err() {
+        // Only after the completer has stopped (an abrupt stop): the lease expires and the
+        // reaper hands the job to another worker.
+        tracing::warn!(id = %job.id, "outcome not written: the worker is stopping");
+    }
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    super::producer::error_chain(e)
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}

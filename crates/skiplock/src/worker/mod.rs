@@ -1,0 +1,523 @@
+//! The worker runtime: claims jobs per queue up to each queue's concurrency, runs them
+//! outside any transaction, writes their outcomes in batches, renews their leases, listens
+//! for wake-ups and reaps expired leases.
+//!
+//! One module per lifecycle step: [`producer`] (wait, claim, dispatch), [`executor`] (run one
+//! job), [`completer`] (batched outcome writes), [`heartbeat`] (batched lease renewal),
+//! [`listener`] (the LISTEN connection) and [`reaper`] (expired leases).
+
+mod completer;
+mod executor;
+mod heartbeat;
+mod listener;
+mod producer;
+mod reaper;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Client;
+use crate::db::job::Finish;
+use crate::error::{Error, Result};
+use crate::handler::Registry;
+use crate::input;
+use crate::job::JobId;
+
+/// Worker settings, all with defaults; see each field.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// How long a claim's lease lasts, renewed by heartbeats while the job runs (default
+    /// 60 s). A worker that dies holds its jobs at most this long before the reaper hands them
+    /// to another worker.
+    pub lease: Duration,
+    /// How often the leases of running jobs are renewed, in one statement for all of them
+    /// (default 20 s; must be shorter than the lease).
+    pub heartbeat_interval: Duration,
+    /// The fallback poll: how often each queue claims even without a notification (default
+    /// 5 s). `None` turns it off: the worker then sends no statement at all while idle, and
+    /// wakes only on notifications, on its own retries and scheduled jobs it knows of, and
+    /// after reconnecting its LISTEN connection.
+    pub poll_interval: Option<Duration>,
+    /// How often expired leases are reaped (default 30 s). At most one reaper runs at a time
+    /// across all processes. With the poll off, the reaper runs only after real work (a claim
+    /// or a notification), never on a bare timer.
+    pub reap_interval: Duration,
+    /// How long shutdown waits for running jobs before cancelling them and putting them back
+    /// in the queue (default 30 s).
+    pub shutdown_timeout: Duration,
+    /// The most jobs one claim takes (default 100); a claim never takes more than the queue
+    /// has free slots.
+    pub max_claim_batch: u32,
+    /// The most outcomes written in one statement (default 1,000).
+    pub max_finish_batch: usize,
+    /// Whether to LISTEN for wake-ups (default true).
+    pub listen: bool,
+}
+
+impl WorkerConfig {
+    /// The default lease.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+    /// The default heartbeat interval.
+    pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(20);
+    /// The default fallback poll interval.
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+    /// The default reaper interval.
+    pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_secs(30);
+    /// The default shutdown timeout.
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            lease: Self::DEFAULT_LEASE,
+            heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
+            poll_interval: Some(Self::DEFAULT_POLL_INTERVAL),
+            reap_interval: Self::DEFAULT_REAP_INTERVAL,
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            max_claim_batch: 100,
+            max_finish_batch: 1_000,
+            listen: true,
+        }
+    }
+}
+
+/// Counts of what a worker did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunStats {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Jobs marked done.
+    pub done: u64,
+    /// Attempts that failed and will be retried.
+    pub retried: u64,
+    /// Jobs marked failed (permanent error, or out of attempts).
+    pub failed: u64,
+    /// Jobs put back in the queue without spending an attempt (snoozed, or handed back at
+    /// shutdown).
+    pub requeued: u64,
+    /// Results dropped because the job was no longer this worker's (lease lost).
+    pub lost: u64,
+    /// Jobs the reaper moved (expired leases, from any worker).
+    pub reaped: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    claimed: AtomicU64,
+    done: AtomicU64,
+    retried: AtomicU64,
+    failed: AtomicU64,
+    requeued: AtomicU64,
+    lost: AtomicU64,
+    reaped: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> RunStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RunStats {
+            claimed: l(&self.claimed),
+            done: l(&self.done),
+            retried: l(&self.retried),
+            failed: l(&self.failed),
+            requeued: l(&self.requeued),
+            lost: l(&self.lost),
+            reaped: l(&self.reaped),
+        }
+    }
+
+    fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// One queue this worker serves.
+pub(crate) struct QueueSlot {
+    pub name: String,
+    pub concurrency: usize,
+    pub slots: Arc<Semaphore>,
+    /// Woken by notifications and reconnects.
+    pub wake: Notify,
+}
+
+/// A job this worker is running.
+pub(crate) struct RunningJob {
+    pub attempt: i32,
+    pub cancel: CancellationToken,
+    pub heartbeat: bool,
+    pub lost: bool,
+}
+
+/// State shared by the worker's tasks.
+pub(crate) struct Shared {
+    pub client: Client,
+    pub registry: Registry,
+    pub cfg: WorkerConfig,
+    pub listen_config: Option<tokio_postgres::Config>,
+    pub queues: HashMap<String, Arc<QueueSlot>>,
+    pub running: Mutex<HashMap<JobId, RunningJob>>,
+    pub finish_tx: mpsc::UnboundedSender<Finish>,
+    /// Stop claiming (shutdown has begun).
+    pub stop_claiming: CancellationToken,
+    /// The shutdown deadline passed: cancel running jobs and hand them back.
+    pub hard_stop: CancellationToken,
+    /// Stop the background services (after the completer has flushed).
+    pub stop_services: CancellationToken,
+    /// Set by claims and notifications; the reaper, with polling off, runs only after some.
+    pub activity: AtomicBool,
+    pub counters: Counters,
+    pub lease_us: i64,
+}
+
+impl Shared {
+    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts
+        // and removes), so a poisoned lock is still usable.
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Builds a [`Worker`].
+#[must_use]
+pub struct WorkerBuilder {
+    client: Client,
+    registry: Registry,
+    queues: Vec<(String, usize)>,
+    cfg: WorkerConfig,
+    listen_url: Option<String>,
+}
+
+impl WorkerBuilder {
+    /// Serve `queue` with at most `concurrency` jobs running at once. Call once per queue.
+    pub fn queue(mut self, queue: impl Into<String>, concurrency: usize) -> Self {
+        self.queues.push((queue.into(), concurrency));
+        self
+    }
+
+    /// Replaces all settings at once.
+    pub fn config(mut self, cfg: WorkerConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// See [`WorkerConfig::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.cfg.lease = lease;
+        self
+    }
+
+    /// See [`WorkerConfig::heartbeat_interval`].
+    pub fn heartbeat_interval(mut self, every: Duration) -> Self {
+        self.cfg.heartbeat_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::poll_interval`]; `None` turns the fallback poll off.
+    pub fn poll_interval(mut self, every: Option<Duration>) -> Self {
+        self.cfg.poll_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::reap_interval`].
+    pub fn reap_interval(mut self, every: Duration) -> Self {
+        self.cfg.reap_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::shutdown_timeout`].
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.shutdown_timeout = timeout;
+        self
+    }
+
+    /// See [`WorkerConfig::listen`].
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.cfg.listen = listen;
+        self
+    }
+
+    /// The URL of the LISTEN connection, when it differs from the pool's (for example when
+    /// the pool goes through PgBouncer in transaction mode, which cannot LISTEN). Required
+    /// when the client was built from a pool.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// Checks the settings and builds the worker.
+    pub fn build(self) -> Result<Worker> {
+        self.registry.validate()?;
+        if self.queues.is_empty() {
+            return Err(Error::invalid(
+                "worker",
+                "it serves no queue; call .queue(name, n)",
+            ));
+        }
+        let mut queues = HashMap::new();
+        for (name, concurrency) in self.queues {
+            input::queue_name(&name)?;
+            if concurrency == 0 || concurrency > Semaphore::MAX_PERMITS {
+                return Err(Error::invalid(
+                    "concurrency",
+                    format!("queue {name}: it must be at least 1"),
+                ));
+            }
+            let slot = Arc::new(QueueSlot {
+                name: name.clone(),
+                concurrency,
+                slots: Arc::new(Semaphore::new(concurrency)),
+                wake: Notify::new(),
+            });
+            if queues.insert(name.clone(), slot).is_some() {
+                return Err(Error::invalid(
+                    "worker",
+                    format!("queue {name} is listed twice"),
+                ));
+            }
+        }
+        let cfg = self.cfg;
+        let lease_us = input::lease_micros(cfg.lease)?;
+        if cfg.heartbeat_interval.is_zero() || cfg.heartbeat_interval >= cfg.lease {
+            return Err(Error::invalid(
+                "heartbeat interval",
+                format!(
+                    "{:?} must be above zero and shorter than the lease ({:?})",
+                    cfg.heartbeat_interval, cfg.lease
+                ),
+            ));
+        }
+        if cfg.poll_interval == Some(Duration::ZERO) || cfg.reap_interval.is_zero() {
+            return Err(Error::invalid(
+                "worker",
+                "poll and reap intervals must be above zero (use None to turn the poll off)",
+            ));
+        }
+        if cfg.max_claim_batch == 0 || cfg.max_finish_batch == 0 {
+            return Err(Error::invalid("worker", "batch sizes must be at least 1"));
+        }
+        let listen_config = match (&self.listen_url, cfg.listen) {
+            (_, false) => None,
+            (Some(url), true) => {
+                let mut c: tokio_postgres::Config = url.parse().map_err(|e| {
+                    Error::invalid("listen URL", format!("it could not be parsed: {e}"))
+                })?;
+                if c.get_application_name().is_none() {
+                    c.application_name("skiplock-listener");
+                }
+                Some(c)
+            }
+            (None, true) => {
+                let mut c = self.client.config().cloned().ok_or_else(|| {
+                    Error::invalid(
+                        "worker",
+                        "a client built from a pool does not know its URL: give the LISTEN \
+                         connection one with .listen_url(..), or turn listening off",
+                    )
+                })?;
+                c.application_name("skiplock-listener");
+                Some(c)
+            }
+        };
+        Ok(Worker {
+            client: self.client,
+            registry: self.registry,
+            cfg,
+            queues,
+            listen_config,
+            lease_us,
+        })
+    }
+}
+
+/// A worker: serves its queues until told to stop ([`Worker::run`]) or until nothing is ready
+/// ([`Worker::run_until_idle`]).
+///
+/// ```no_run
+/// # use skiplock::{Client, Registry, Worker};
+/// # async fn demo(client: Client, registry: Registry) -> skiplock::Result<()> {
+/// let worker = Worker::builder(client, registry)
+///     .queue("default", 10)
+///     .queue("emails", 4)
+///     .build()?;
+/// worker.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// # Ok(()) }
+/// ```
+pub struct Worker {
+    client: Client,
+    registry: Registry,
+    cfg: WorkerConfig,
+    queues: HashMap<String, Arc<QueueSlot>>,
+    listen_config: Option<tokio_postgres::Config>,
+    lease_us: i64,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut queues: Vec<(&str, usize)> = self
+            .queues
+            .values()
+            .map(|q| (q.name.as_str(), q.concurrency))
+            .collect();
+        queues.sort_unstable();
+        f.debug_struct("Worker")
+            .field("queues", &queues)
+            .field("registry", &self.registry)
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Serve until the shutdown signal.
+    Serve,
+    /// Return when nothing is ready.
+    UntilIdle,
+}
+
+impl Worker {
+    /// A builder for a worker on `client`'s queue running the kinds in `registry`.
+    pub fn builder(client: Client, registry: Registry) -> WorkerBuilder {
+        WorkerBuilder {
+            client,
+            registry,
+            queues: Vec::new(),
+            cfg: WorkerConfig::default(),
+            listen_url: None,
+        }
+    }
+
+    /// Serves the queues until `shutdown` resolves, then shuts down gracefully: stops
+    /// claiming, lets running jobs finish for up to [`WorkerConfig::shutdown_timeout`], then
+    /// cancels the rest and puts them back in the queue at once (without spending an
+    /// attempt), writes every outcome, and returns what it did.
+    ///
+    /// Dropping the returned future instead stops everything abruptly, as a crash would: the
+    /// jobs it held are reaped when their leases expire.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<RunStats> {
+        self.run_mode(Mode::Serve, shutdown).await
+    }
+
+    /// Processes what is ready in the worker's queues and returns when nothing is (no job
+    /// ready, none running). Reaps expired leases once first. The in-process "kick" for
+    /// applications that enqueue and then want the work done without a poller.
+    pub async fn run_until_idle(self) -> Result<RunStats> {
+        self.run_mode(Mode::UntilIdle, std::future::pending()).await
+    }
+
+    async fn run_mode(
+        self,
+        mode: Mode,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<RunStats> {
+        let (finish_tx, finish_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            client: self.client,
+            registry: self.registry,
+            listen_config: self.listen_config,
+            queues: self.queues,
+            running: Mutex::new(HashMap::new()),
+            finish_tx,
+            stop_claiming: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+            stop_services: CancellationToken::new(),
+            activity: AtomicBool::new(false),
+            counters: Counters::default(),
+            lease_us: self.lease_us,
+            cfg: self.cfg,
+        });
+        tracing::info!(
+            schema = %shared.client.schema(),
+            queues = ?shared.queues.keys().collect::<Vec<_>>(),
+            "worker starting"
+        );
+
+        // Dropping these sets (an abrupt stop) aborts every task in them.
+        let mut services = JoinSet::new();
+        let mut completer = JoinSet::new();
+        completer.spawn(completer::run(shared.clone(), finish_rx));
+        services.spawn(heartbeat::run(shared.clone()));
+        if mode == Mode::Serve {
+            services.spawn(reaper::run(shared.clone()));
+            if shared.listen_config.is_some() {
+                services.spawn(listener::run(shared.clone()));
+            }
+        } else {
+            reaper::run_once(&shared).await;
+        }
+
+        let mut producers = JoinSet::new();
+        for slot in shared.queues.values() {
+            producers.spawn(producer::run(shared.clone(), slot.clone(), mode));
+        }
+
+        // Serve until the signal (or, until idle, until every producer is done).
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                next = producers.join_next() => {
+                    if next.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+
+        // Graceful shutdown: stop claiming, give running jobs until the deadline, then
+        // cancel them (they are handed back), and wait for the producers to wind up.
+        shared.stop_claiming.cancel();
+        for q in shared.queues.values() {
+            q.wake.notify_one();
+        }
+        let drained = tokio::time::timeout(shared.cfg.shutdown_timeout, async {
+            while producers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                running = shared.running().len(),
+                "shutdown deadline reached: cancelling running jobs and handing them back"
+            );
+            shared.hard_stop.cancel();
+            while producers.join_next().await.is_some() {}
+        }
+
+        // Every outcome is in the channel now: let the completer write them, then stop.
+        shared.stop_services.cancel();
+        while completer.join_next().await.is_some() {}
+        services.abort_all();
+        while services.join_next().await.is_some() {}
+        let stats = shared.counters.snapshot();
+        tracing::info!(?stats, "worker stopped");
+        Ok(stats)
+    }
+}
+
+/// A small pseudo-random jitter in `0..max` for reconnect and retry backoffs (no need for
+/// cryptographic randomness; only to keep workers from moving in lockstep).
+pub(crate) fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    let r = h.finish();
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(r % max_us)
+}
+
+/// Capped exponential backoff with jitter: 100 ms, 200 ms, ... up to `cap`.
+pub(crate) fn backoff(failures: u32, cap: Duration) -> Duration {
+    let base = Duration::from_millis(100).saturating_mul(1u32 << failures.min(16));
+    let d = base.min(cap);
+    d / 2 + jitter(d / 2 + Duration::from_millis(1))
+}

@@ -1,0 +1,673 @@
+//! The worker runtime against a real server: exactly-once processing across processes'
+//! worth of workers, crashes, wake-ups, outcomes, heartbeats, limits and shutdown.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use skiplock::{
+    Client, Job, JobContext, JobError, JobOptions, JobState, NewJob, Registry, RunStats,
+    Transition, Worker,
+};
+use tokio::sync::{oneshot, Notify};
+
+use crate::support::{setup, Bundle};
+
+/// Waits until `cond` holds, checking every 50 ms, failing the test after `limit`.
+async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    while !cond().await {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn client(b: &Bundle, app: &str) -> Client {
+    Client::builder(b.db.url())
+        .schema(b.db.schema())
+        .pool_size(4)
+        .application_name(app)
+        .build()
+        .unwrap()
+}
+
+/// A handler that does nothing but succeed.
+fn noop() -> impl skiplock::Handler {
+    |_p: String, _c: JobContext| async { Ok::<(), JobError>(()) }
+}
+
+/// Runs a worker in the background; send on the returned channel to shut it down.
+fn spawn_worker(w: Worker) -> (oneshot::Sender<()>, tokio::task::JoinHandle<RunStats>) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let h = tokio::spawn(async move {
+        w.run(async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap()
+    });
+    (tx, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_run_20_000_jobs_exactly_once() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..20_000).map(|i| NewJob::new("count", &i)).collect();
+    for chunk in jobs.chunks(5_000) {
+        b.client.enqueue_many(chunk).await.unwrap();
+    }
+    let runs: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let runs = runs.clone();
+        let registry = Registry::new().register_handler(
+            "count",
+            JobOptions::default(),
+            move |_p: String, ctx: JobContext| {
+                let runs = runs.clone();
+                async move {
+                    *runs.lock().unwrap().entry(ctx.id.0).or_default() += 1;
+                    Ok::<(), JobError>(())
+                }
+            },
+        );
+        let worker = Worker::builder(client(&b, &format!("count-{w}")), registry)
+            .queue("default", 8)
+            .poll_interval(Some(Duration::from_millis(200)))
+            .build()
+            .unwrap();
+        workers.push(spawn_worker(worker));
+    }
+    eventually(Duration::from_secs(180), "20,000 jobs done", || async {
+        b.count("status = 'done'").await == 20_000
+    })
+    .await;
+    let mut done = 0;
+    for (stop, handle) in workers {
+        stop.send(()).unwrap();
+        let stats = handle.await.unwrap();
+        assert_eq!(stats.lost, 0);
+        done += stats.done;
+    }
+    assert_eq!(
+        done, 20_000,
+        "each completion counted by exactly one worker"
+    );
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 20_000, "every job ran");
+    let repeated: Vec<_> = runs.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(repeated.is_empty(), "jobs run more than once: {repeated:?}");
+    assert_eq!(
+        b.count("status <> 'done'").await,
+        0,
+        "none lost, none left running"
+    );
+    assert_eq!(b.count("attempts <> 1").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_worker_job_is_reaped_and_done_elsewhere() {
+    let b = setup().await;
+    let id = b.client.enqueue(&NewJob::new("stuck", &1)).await.unwrap();
+    let started = Arc::new(Notify::new());
+    let registry = {
+        let started = started.clone();
+        Registry::new().register_handler("stuck", JobOptions::default(), move |_p, _c| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                std::future::pending::<()>().await;
+                Ok::<(), JobError>(())
+            }
+        })
+    };
+    let first = Worker::builder(client(&b, "first"), registry)
+        .queue("default", 1)
+        .lease(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let (_stop, handle) = spawn_worker(first);
+    started.notified().await;
+    // A crash: the task and everything it owns (tasks, pool, connections) are gone.
+    handle.abort();
+    let _ = handle.await;
+    let row = b.client.get(id).await.unwrap().unwrap();
+    assert_eq!((row.state, row.attempts), (JobState::Running, 1));
+
+    let second = Worker::builder(
+        client(&b, "second"),
+        Registry::new().register_handler("stuck", JobOptions::default(), noop()),
+    )
+    .queue("default", 1)
+    .lease(Duration::from_secs(1))
+    .heartbeat_interval(Duration::from_millis(300))
+    .reap_interval(Duration::from_millis(200))
+    .poll_interval(Some(Duration::from_millis(100)))
+    .build()
+    .unwrap();
+    let (stop, handle) = spawn_worker(second);
+    eventually(
+        Duration::from_secs(20),
+        "the job done by the second worker",
+        || async { b.count("status = 'done'").await == 1 },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let stats = handle.await.unwrap();
+    assert_eq!((stats.reaped, stats.done), (1, 1));
+    let row = b.client.get(id).await.unwrap().unwrap();
+    assert_eq!((row.state, row.attempts), (JobState::Done, 2));
+    assert_eq!(row.last_error.as_deref(), Some("lease expired"));
+    // The first worker's late completion is refused.
+    assert_eq!(b.client.complete(id, 1).await.unwrap(), Transition::Lost);
+}
+
+async fn listener_pid(b: &Bundle) -> Option<i32> {
+    b.raw
+        .query_opt(
+            "SELECT pid FROM pg_stat_activity
+             WHERE application_name = 'skiplock-listener' AND query = $1",
+            &[&format!("LISTEN {}", b.client.schema().channel_quoted())],
+        )
+        .await
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_come_from_notifications_and_survive_a_killed_listener() {
+    let b = setup().await;
+    let worker = Worker::builder(
+        client(&b, "listen-test"),
+        Registry::new().register_handler("k", JobOptions::default(), noop()),
+    )
+    .queue("default", 2)
+    .poll_interval(Some(Duration::from_secs(3600)))
+    .build()
+    .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    eventually(Duration::from_secs(10), "the LISTEN connection", || async {
+        listener_pid(&b).await.is_some()
+    })
+    .await;
+    let first_pid = listener_pid(&b).await.unwrap();
+
+    // With an hour between polls, only the notification can start this job promptly.
+    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    eventually(Duration::from_secs(5), "the notified job done", || async {
+        b.count("status = 'done'").await == 1
+    })
+    .await;
+
+    // Kill the LISTEN connection and enqueue while it is down: the notification goes to
+    // nobody, yet the job starts right after the reconnect.
+    b.raw
+        .execute("SELECT pg_terminate_backend($1)", &[&first_pid])
+        .await
+        .unwrap();
+    b.client.enqueue(&NewJob::new("k", &2)).await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the job enqueued during the outage done",
+        || async { b.count("status = 'done'").await == 2 },
+    )
+    .await;
+    let second_pid = listener_pid(&b).await;
+    assert!(second_pid.is_some_and(|p| p != first_pid), "reconnected");
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+}
+
+#[derive(Serialize, Deserialize)]
+struct Typed {
+    n: u32,
+}
+
+impl Job for Typed {
+    const KIND: &'static str = "typed";
+    const QUEUE: &'static str = "typed_queue";
+    fn options() -> JobOptions {
+        JobOptions {
+            max_attempts: 3,
+            ..JobOptions::default()
+        }
+    }
+    async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
+        if self.n == 0 {
+            return Err(JobError::permanent("zero"));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_outcome_ends_in_its_state() {
+    let b = setup().await;
+    let opts = JobOptions::default();
+    let registry = Registry::new()
+        .register::<Typed>()
+        .register_handler("ok", opts, noop())
+        .register_handler("panics", opts, |_p: String, _c: JobContext| async {
+            if true {
+                panic!("boom at {}", 42);
+            }
+            Ok::<(), JobError>(())
+        })
+        .register_handler("permanent", opts, |_p: String, _c: JobContext| async {
+            Err::<(), JobError>(JobError::permanent("card declined"))
+        })
+        .register_handler("retryable", opts, |_p: String, _c: JobContext| async {
+            let e: Result<(), std::io::Error> = Err(std::io::Error::other("SMTP 451"));
+            e?;
+            Ok(())
+        })
+        .register_handler("snoozes", opts, |_p: String, _c: JobContext| async {
+            Err::<(), JobError>(JobError::snooze(Duration::from_secs(3600)))
+        })
+        .register_handler(
+            "slow",
+            JobOptions {
+                timeout: Some(Duration::from_millis(200)),
+                ..opts
+            },
+            |_p: String, _c: JobContext| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok::<(), JobError>(())
+            },
+        );
+    let enqueue = |job: NewJob| {
+        let c = b.client.clone();
+        async move { c.enqueue(&job).await.unwrap() }
+    };
+    let ok = enqueue(NewJob::new("ok", &1)).await;
+    let panics = enqueue(NewJob::new("panics", &1)).await;
+    let permanent = enqueue(NewJob::new("permanent", &1)).await;
+    let retryable = enqueue(NewJob::new("retryable", &1)).await;
+    let snoozes = enqueue(NewJob::new("snoozes", &1)).await;
+    let slow = enqueue(NewJob::new("slow", &1)).await;
+    let unknown = enqueue(NewJob::new("nobody_handles_this", &1)).await;
+    let typed_ok = enqueue(NewJob::of(&Typed { n: 1 })).await;
+    let typed_zero = enqueue(NewJob::of(&Typed { n: 0 })).await;
+    let bad_payload = enqueue(NewJob::new("typed", &"not an object").queue("typed_queue")).await;
+
+    let stats = Worker::builder(b.client.clone(), registry)
+        .queue("default", 10)
+        .queue("typed_queue", 2)
+        .build()
+        .unwrap()
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(stats.claimed, 10);
+    assert_eq!(stats.lost, 0);
+
+    let row = |id| {
+        let c = b.client.clone();
+        async move { c.get(id).await.unwrap().unwrap() }
+    };
+    let r = row(ok).await;
+    assert_eq!((r.state, r.attempts), (JobState::Done, 1));
+    let r = row(panics).await;
+    assert_eq!((r.state, r.attempts), (JobState::Queued, 1));
+    assert_eq!(r.last_error.as_deref(), Some("panicked: boom at 42"));
+    let r = row(permanent).await;
+    assert_eq!((r.state, r.attempts), (JobState::Failed, 1));
+    assert_eq!(r.last_error.as_deref(), Some("card declined"));
+    let r = row(retryable).await;
+    assert_eq!((r.state, r.attempts), (JobState::Queued, 1));
+    assert_eq!(r.last_error.as_deref(), Some("SMTP 451"));
+    let r = row(snoozes).await;
+    assert_eq!(
+        (r.state, r.attempts, r.max_attempts),
+        (JobState::Queued, 1, 6)
+    );
+    assert!(r.last_error.is_none());
+    assert!(r.run_at > std::time::SystemTime::now() + Duration::from_secs(3000));
+    let r = row(slow).await;
+    assert_eq!((r.state, r.attempts), (JobState::Queued, 1));
+    assert_eq!(r.last_error.as_deref(), Some("timeout"));
+    let r = row(unknown).await;
+    assert_eq!((r.state, r.attempts), (JobState::Queued, 1));
+    assert!(r.last_error.unwrap().contains("\"nobody_handles_this\""));
+    let r = row(typed_ok).await;
+    assert_eq!(
+        (r.state, r.queue.as_str(), r.max_attempts),
+        (JobState::Done, "typed_queue", 3)
+    );
+    let r = row(typed_zero).await;
+    assert_eq!(
+        (r.state, r.last_error.as_deref()),
+        (JobState::Failed, Some("zero"))
+    );
+    let r = row(bad_payload).await;
+    assert_eq!((r.state, r.attempts), (JobState::Failed, 1));
+    let err = r.last_error.unwrap();
+    assert!(
+        err.contains("payload does not deserialize into typed: invalid type"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_long_job_and_a_lost_lease_cancels_it() {
+    let b = setup().await;
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let registry = {
+        let cancelled = cancelled.clone();
+        Registry::new()
+            .register_handler(
+                "long",
+                JobOptions::default(),
+                |_p: String, _c: JobContext| async {
+                    tokio::time::sleep(Duration::from_millis(3000)).await;
+                    Ok::<(), JobError>(())
+                },
+            )
+            .register_handler(
+                "taken",
+                JobOptions::default(),
+                move |_p: String, ctx: JobContext| {
+                    let cancelled = cancelled.clone();
+                    async move {
+                        tokio::select! {
+                            () = ctx.cancelled() => cancelled.store(true, Ordering::SeqCst),
+                            () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                        }
+                        Ok::<(), JobError>(())
+                    }
+                },
+            )
+    };
+    let long = b.client.enqueue(&NewJob::new("long", &1)).await.unwrap();
+    let worker = Worker::builder(client(&b, "heartbeat-test"), registry)
+        .queue("default", 2)
+        .lease(Duration::from_secs(1))
+        .heartbeat_interval(Duration::from_millis(250))
+        .reap_interval(Duration::from_millis(100))
+        .poll_interval(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    // Three times its lease, with a reaper running every 100 ms: still attempt 1.
+    eventually(Duration::from_secs(15), "the long job done", || async {
+        b.count("status = 'done'").await == 1
+    })
+    .await;
+    let r = b.client.get(long).await.unwrap().unwrap();
+    assert_eq!((r.state, r.attempts), (JobState::Done, 1));
+
+    let taken = b.client.enqueue(&NewJob::new("taken", &1)).await.unwrap();
+    eventually(Duration::from_secs(5), "the second job running", || async {
+        b.count("status = 'running'").await == 1
+    })
+    .await;
+    // Someone else takes the job away (as a reaper and another claim would).
+    b.raw
+        .execute(
+            "UPDATE jobs SET attempts = attempts + 1, locked_until = now() + interval '1 hour'
+             WHERE id = $1",
+            &[&taken.0],
+        )
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the handler to observe cancellation",
+        || async { cancelled.load(Ordering::SeqCst) },
+    )
+    .await;
+    stop.send(()).unwrap();
+    let stats = handle.await.unwrap();
+    assert_eq!(stats.lost, 1);
+    assert_eq!(stats.reaped, 0);
+    let r = b.client.get(taken).await.unwrap().unwrap();
+    assert_eq!(
+        (r.state, r.attempts),
+        (JobState::Running, 2),
+        "its result was not written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_never_runs_more_than_its_concurrency() {
+    let b = setup().await;
+    let now = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let registry = {
+        let (now, max) = (now.clone(), max.clone());
+        Registry::new().register_handler("k", JobOptions::default(), move |_p, _c| {
+            let (now, max) = (now.clone(), max.clone());
+            async move {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                Ok::<(), JobError>(())
+            }
+        })
+    };
+    let jobs: Vec<NewJob> = (0..60)
+        .map(|i| NewJob::new("k", &i).queue(if i % 2 == 0 { "three" } else { "one" }))
+        .collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let stats = Worker::builder(b.client.clone(), registry)
+        .queue("three", 3)
+        .build()
+        .unwrap()
+        .run_until_idle()
+        .await
+        .unwrap();
+    assert_eq!(stats.done, 30);
+    assert_eq!(
+        max.load(Ordering::SeqCst),
+        3,
+        "the limit is reached and never exceeded"
+    );
+    assert_eq!(
+        b.count("queue = 'one' AND status = 'queued'").await,
+        30,
+        "other queue untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_connection_is_idle_in_transaction_while_a_job_runs() {
+    let b = setup().await;
+    let running = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let registry = {
+        let (running, release) = (running.clone(), release.clone());
+        Registry::new().register_handler("k", JobOptions::default(), move |_p, _c| {
+            let (running, release) = (running.clone(), release.clone());
+            async move {
+                running.notify_one();
+                release.notified().await;
+                Ok::<(), JobError>(())
+            }
+        })
+    };
+    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    let app = format!("idle-tx-{}", b.db.schema());
+    let worker = Worker::builder(client(&b, &app), registry)
+        .queue("default", 1)
+        .lease(Duration::from_secs(2))
+        .heartbeat_interval(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    running.notified().await;
+    // Watch the worker's connections for a while, heartbeats included.
+    for _ in 0..20 {
+        let states: Vec<String> = b
+            .raw
+            .query(
+                "SELECT coalesce(state, '') FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(!states.is_empty());
+        assert!(
+            states.iter().all(|s| !s.starts_with("idle in transaction")),
+            "{states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    release.notify_one();
+    eventually(Duration::from_secs(5), "the job done", || async {
+        b.count("status = 'done'").await == 1
+    })
+    .await;
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_running_jobs_finish() {
+    let b = setup().await;
+    let started = Arc::new(Notify::new());
+    let registry = {
+        let started = started.clone();
+        Registry::new().register_handler("k", JobOptions::default(), move |_p, _c| {
+            let started = started.clone();
+            async move {
+                started.notify_one();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Ok::<(), JobError>(())
+            }
+        })
+    };
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    let worker = Worker::builder(b.client.clone(), registry)
+        .queue("default", 1)
+        .shutdown_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    started.notified().await;
+    stop.send(()).unwrap();
+    let stats = handle.await.unwrap();
+    assert_eq!(stats.done, 1);
+    assert_eq!(
+        b.client.get(id).await.unwrap().unwrap().state,
+        JobState::Done
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_hands_back_what_it_cancels_at_the_deadline() {
+    let b = setup().await;
+    let started = Arc::new(AtomicUsize::new(0));
+    let registry = {
+        let started = started.clone();
+        Registry::new().register_handler("k", JobOptions::default(), move |_p, _c| {
+            let started = started.clone();
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(600)).await;
+                Ok::<(), JobError>(())
+            }
+        })
+    };
+    let ids = b
+        .client
+        .enqueue_many(&[NewJob::new("k", &1), NewJob::new("k", &2)])
+        .await
+        .unwrap();
+    let worker = Worker::builder(b.client.clone(), registry)
+        .queue("default", 2)
+        .shutdown_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    eventually(Duration::from_secs(5), "both jobs running", || async {
+        started.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    stop.send(()).unwrap();
+    let stats = tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("shutdown took far longer than its deadline")
+        .unwrap();
+    assert_eq!(stats.requeued, 2);
+    for id in ids {
+        let r = b.client.get(id).await.unwrap().unwrap();
+        // Queued at once (no lease to wait out), attempts kept, the attempt not charged.
+        assert_eq!(
+            (r.state, r.attempts, r.max_attempts),
+            (JobState::Queued, 1, 6)
+        );
+        assert!(r.locked_until.is_none());
+        assert!(r.run_at <= std::time::SystemTime::now() + Duration::from_secs(1));
+    }
+    assert_eq!(
+        b.client
+            .claim("default", 10, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_until_idle_processes_what_is_ready_and_returns() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..250).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let later = b
+        .client
+        .enqueue(&NewJob::new("k", &"later").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let stats = Worker::builder(
+        b.client.clone(),
+        Registry::new().register_handler("k", JobOptions::default(), noop()),
+    )
+    .queue("default", 16)
+    .build()
+    .unwrap()
+    .run_until_idle()
+    .await
+    .unwrap();
+    assert_eq!((stats.claimed, stats.done), (250, 250));
+    assert_eq!(b.count("status = 'done'").await, 250);
+    assert_eq!(
+        b.client.get(later).await.unwrap().unwrap().state,
+        JobState::Queued
+    );
+}
+
+#[test]
+fn bad_worker_settings_are_refused() {
+    let client = Client::connect("postgres://nobody@127.0.0.1:1/none").unwrap();
+    let reg = || Registry::new().register_handler("k", JobOptions::default(), noop());
+    let build = |b: skiplock::WorkerBuilder| b.build().unwrap_err().to_string();
+    assert!(build(Worker::builder(client.clone(), reg())).contains("no queue"));
+    assert!(
+        build(Worker::builder(client.clone(), reg()).queue("bad queue", 1)).contains("queue name")
+    );
+    assert!(build(Worker::builder(client.clone(), reg()).queue("q", 0)).contains("concurrency"));
+    assert!(build(
+        Worker::builder(client.clone(), reg())
+            .queue("q", 1)
+            .lease(Duration::from_secs(10))
+            .heartbeat_interval(Duration::from_secs(10))
+    )
+    .contains("heartbeat"));
+    let bad_kind = Registry::new().register_handler("bad kind", JobOptions::default(), noop());
+    assert!(build(Worker::builder(client.clone(), bad_kind).queue("q", 1)).contains("job kind"));
+}
