@@ -349,7 +349,10 @@ impl WorkerBuilder {
 ///     .queue("default", 10)
 ///     .queue("emails", 4)
 ///     .build()?;
-/// worker.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// // ... call stop.send(()) from a signal handler to shut down gracefully ...
+/// # drop(stop);
+/// worker.run(async { let _ = stopped.await; }).await?;
 /// # Ok(()) }
 /// ```
 pub struct Worker {
