@@ -92,6 +92,8 @@ pub struct TestDb {
     url: String,
     schema: String,
     drop_schema: bool,
+    /// `(server URL, database name)` of a database made for this test alone.
+    own_database: Option<(String, String)>,
 }
 
 impl TestDb {
@@ -117,7 +119,37 @@ impl TestDb {
             url: server.url.clone(),
             schema: format!("t{}_{n}_{salt}", std::process::id()),
             drop_schema: !server.throwaway && std::env::var_os(KEEP_ENV).is_none(),
+            own_database: None,
         })
+    }
+
+    /// Like [`TestDb::new`], in a database of its own (for tests whose figures other
+    /// sessions of the same database would disturb, such as vacuum's). Needs the right to
+    /// create databases. Panics when no server can be had.
+    pub async fn new_database() -> Self {
+        match Self::try_new_database().await {
+            Ok(db) => db,
+            Err(e) => panic!("no test database: {e}"),
+        }
+    }
+
+    /// Like [`TestDb::new_database`], returning the error instead of panicking.
+    pub async fn try_new_database() -> Result<Self, Error> {
+        let mut db = Self::try_new().await?;
+        let name = format!("db_{}", db.schema);
+        let admin = connect(&db.url).await?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .map_err(|source| Error::Sql {
+                what: "create a test database",
+                source,
+            })?;
+        let own_url = database_url(&db.url, &name);
+        let server_url = std::mem::replace(&mut db.url, own_url);
+        db.own_database = Some((server_url, name));
+        db.drop_schema = false;
+        Ok(db)
     }
 
     /// The connection URL of the test database.
@@ -137,6 +169,10 @@ impl TestDb {
     }
 }
 
+fn server_is_throwaway() -> bool {
+    matches!(SERVER.get(), Some(Ok(s)) if s.throwaway)
+}
+
 /// Connects to `url` without TLS and spawns the connection task.
 pub(crate) async fn connect(url: &str) -> Result<tokio_postgres::Client, Error> {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
@@ -151,13 +187,38 @@ pub(crate) async fn connect(url: &str) -> Result<tokio_postgres::Client, Error> 
     Ok(client)
 }
 
+/// `url` with its database name replaced by `name`.
+fn database_url(url: &str, name: &str) -> String {
+    // URLs made here and the usual DATABASE_URLs are `postgres://user@host:port/db?params`.
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map(|i| i + scheme_end);
+    let host = path_start.map_or(base, |i| &base[..i]);
+    format!("{host}/{name}{query}")
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if !self.drop_schema {
-            return;
-        }
-        let url = self.url.clone();
-        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema);
+        let keep = std::env::var_os(KEEP_ENV).is_some();
+        let (url, sql) = match (&self.own_database, self.drop_schema) {
+            (Some((server, name)), _) => {
+                if keep || server_is_throwaway() {
+                    return;
+                }
+                (
+                    server.clone(),
+                    format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
+                )
+            }
+            (None, true) => (
+                self.url.clone(),
+                format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
+            ),
+            (None, false) => return,
+        };
         // Drop runs outside async context guarantees, so do the work on a thread of its own.
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()

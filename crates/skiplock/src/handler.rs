@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -155,6 +155,12 @@ pub struct JobContext {
     pub queue: String,
     /// The job's kind.
     pub kind: String,
+    /// When the job was enqueued (database clock).
+    pub created_at: SystemTime,
+    /// When the job became ready (database clock).
+    pub run_at: SystemTime,
+    /// When this attempt was claimed (database clock).
+    pub claimed_at: SystemTime,
     pub(crate) cancel: CancellationToken,
     pub(crate) client: Client,
 }
@@ -232,6 +238,7 @@ pub(crate) struct Entry {
 #[derive(Clone, Default)]
 pub struct Registry {
     pub(crate) kinds: HashMap<String, Entry>,
+    pub(crate) fallback: Option<Entry>,
 }
 
 impl Registry {
@@ -263,14 +270,24 @@ impl Registry {
         self
     }
 
+    /// Registers a handler for every kind that has no handler of its own (for example a
+    /// runner that hands every job to an external program).
+    pub fn fallback(mut self, options: JobOptions, handler: impl Handler) -> Self {
+        self.fallback = Some(Entry {
+            handler: Arc::new(handler),
+            options,
+        });
+        self
+    }
+
     /// Checks every kind name and option; [`WorkerBuilder::build`](crate::WorkerBuilder::build) calls it.
     pub(crate) fn validate(&self) -> Result<()> {
         for (kind, e) in &self.kinds {
             input::kind_name(kind)?;
-            input::max_attempts(e.options.max_attempts)?;
-            if e.options.timeout == Some(Duration::ZERO) {
-                return Err(Error::invalid("timeout", format!("{kind}: it is zero")));
-            }
+            check_options(kind, &e.options)?;
+        }
+        if let Some(e) = &self.fallback {
+            check_options("the fallback handler", &e.options)?;
         }
         Ok(())
     }
@@ -283,8 +300,16 @@ impl Registry {
     }
 
     pub(crate) fn get(&self, kind: &str) -> Option<&Entry> {
-        self.kinds.get(kind)
+        self.kinds.get(kind).or(self.fallback.as_ref())
     }
+}
+
+fn check_options(kind: &str, o: &JobOptions) -> Result<()> {
+    input::max_attempts(o.max_attempts)?;
+    if o.timeout == Some(Duration::ZERO) {
+        return Err(Error::invalid("timeout", format!("{kind}: it is zero")));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Registry {

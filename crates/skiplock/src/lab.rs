@@ -247,3 +247,244 @@ async fn claimer(
     }
     Ok(out)
 }
+
+/// The second experiment's figures: how long a second claimer waits behind the first one's
+/// open transaction, with `FOR UPDATE` alone and with `SKIP LOCKED`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WaitReport {
+    /// How long the first claimer kept its transaction open.
+    pub hold: Duration,
+    /// The job the first claimer took.
+    pub first_job: i64,
+    /// `FOR UPDATE` alone: the job the second claimer got, and how long it took.
+    pub for_update_job: Option<i64>,
+    /// `FOR UPDATE` alone: the second claimer's wait, in milliseconds.
+    pub for_update_ms: f64,
+    /// `SKIP LOCKED`: the job the second claimer got.
+    pub skip_locked_job: Option<i64>,
+    /// `SKIP LOCKED`: the second claimer's time, in milliseconds.
+    pub skip_locked_ms: f64,
+}
+
+/// Session A claims a job in a transaction and keeps it open for `hold`; meanwhile session B
+/// runs the same claim. With `FOR UPDATE` alone B waits for A's commit, then skips A's job;
+/// with `SKIP LOCKED` B gets the next job at once. Enqueues three jobs in [`LAB_QUEUE`].
+pub async fn claim_wait(url: &str, schema: &Schema, hold: Duration) -> Result<WaitReport> {
+    const OP: &str = "run the wait experiment";
+    let client = Client::builder(url)
+        .schema(schema.name())
+        .pool_size(3)
+        .build()?;
+    let jobs: Vec<NewJob> = (0..4)
+        .map(|i| NewJob::new("lab", &serde_json::json!({ "email_id": i })).queue(LAB_QUEUE))
+        .collect();
+    client.enqueue_many(&jobs).await?;
+    let sql = Sql::new(schema);
+    let one = 1i64;
+    let mut report = WaitReport {
+        hold,
+        first_job: 0,
+        for_update_job: None,
+        for_update_ms: 0.0,
+        skip_locked_job: None,
+        skip_locked_ms: 0.0,
+    };
+    for statement in [
+        Statement::LabClaimForUpdate,
+        Statement::LabClaimSkipLockedDone,
+    ] {
+        let mut a = client.conn(OP).await?;
+        let b = client.conn(OP).await?;
+        let tx = a.transaction().await.map_err(Error::db(OP))?;
+        let first = db::lab::claim_with(&*tx, sql.get(statement), LAB_QUEUE, one)
+            .await
+            .map_err(Error::db(OP))?;
+        report.first_job = first.first().map_or(0, |j| j.0);
+        let stmt = sql.get(statement).to_owned();
+        let second = tokio::spawn(async move {
+            let started = Instant::now();
+            let got = db::lab::claim_with(&**b, &stmt, LAB_QUEUE, one).await;
+            (got, started.elapsed())
+        });
+        tokio::time::sleep(hold).await;
+        tx.commit().await.map_err(Error::db(OP))?;
+        let (got, took) = second
+            .await
+            .map_err(|e| Error::invalid("lab", format!("the second claimer failed: {e}")))?;
+        let got = got.map_err(Error::db(OP))?.first().map(|j| j.0);
+        let ms = took.as_secs_f64() * 1000.0;
+        if statement == Statement::LabClaimForUpdate {
+            report.for_update_job = got;
+            report.for_update_ms = ms;
+        } else {
+            report.skip_locked_job = got;
+            report.skip_locked_ms = ms;
+        }
+    }
+    Ok(report)
+}
+
+/// The vacuum experiment's figures, from `VACUUM (VERBOSE)` of the jobs table.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct VacuumReport {
+    /// Jobs processed by other sessions while one claim transaction stayed open.
+    pub jobs: usize,
+    /// While it was open: dead row versions vacuum could not remove.
+    pub dead_not_removable_open: i64,
+    /// While it was open: row versions removed.
+    pub removed_open: i64,
+    /// After it committed: dead row versions vacuum could not remove.
+    pub dead_not_removable_after_commit: i64,
+    /// After it committed: row versions removed.
+    pub removed_after_commit: i64,
+    /// VACUUM's own lines, as PostgreSQL printed them.
+    pub vacuum_lines: Vec<String>,
+}
+
+/// One session claims a job and keeps its transaction open (as a worker that holds a
+/// transaction while it works would); other sessions then process `jobs` jobs; `VACUUM
+/// (VERBOSE)` reports how many dead rows it cannot remove. After the open transaction
+/// commits, `VACUUM` runs again. Other long transactions in the database change the figures.
+pub async fn vacuum(
+    url: &str,
+    schema: &Schema,
+    jobs: usize,
+    workers: usize,
+) -> Result<VacuumReport> {
+    const OP: &str = "run the vacuum experiment";
+    let client = Client::builder(url)
+        .schema(schema.name())
+        .pool_size(workers.max(1) + 1)
+        .build()?;
+    let new: Vec<NewJob> = (0..=jobs)
+        .map(|i| NewJob::new("lab", &serde_json::json!({ "email_id": i })).queue(LAB_QUEUE))
+        .collect();
+    for chunk in new.chunks(10_000) {
+        client.enqueue_many(chunk).await?;
+    }
+    let sql = Sql::new(schema);
+    let table = format!("{}.jobs", schema.quoted());
+    let (vac, mut notices) = notice_connection(url).await?;
+    vac.batch_execute(&format!("VACUUM {table}"))
+        .await
+        .map_err(Error::db(OP))?;
+    while notices.try_recv().is_ok() {}
+
+    // The open claim.
+    let mut holder = client.conn(OP).await?;
+    let tx = holder.transaction().await.map_err(Error::db(OP))?;
+    db::lab::claim_with(
+        &*tx,
+        sql.get(Statement::LabClaimSkipLockedDone),
+        LAB_QUEUE,
+        1,
+    )
+    .await
+    .map_err(Error::db(OP))?;
+
+    // Others process the rest, each job claimed and marked done in one statement.
+    let mut tasks = Vec::new();
+    for _ in 0..workers.max(1) {
+        let conn = client.conn(OP).await?;
+        let stmt = sql.get(Statement::LabClaimSkipLockedDone).to_owned();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let got = db::lab::claim_with(&**conn, &stmt, LAB_QUEUE, 1).await?;
+                if got.is_empty() {
+                    return Ok::<(), tokio_postgres::Error>(());
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Error::invalid("lab", format!("a worker task failed: {e}")))?
+            .map_err(Error::db(OP))?;
+    }
+
+    let verbose = format!("VACUUM (VERBOSE) {table}");
+    vac.batch_execute(&verbose).await.map_err(Error::db(OP))?;
+    let open = collect(&mut notices);
+    tx.commit().await.map_err(Error::db(OP))?;
+    vac.batch_execute(&verbose).await.map_err(Error::db(OP))?;
+    let after = collect(&mut notices);
+    let (removed_open, dead_open) = tuples_line(&open);
+    let (removed_after, dead_after) = tuples_line(&after);
+    Ok(VacuumReport {
+        jobs,
+        dead_not_removable_open: dead_open,
+        removed_open,
+        dead_not_removable_after_commit: dead_after,
+        removed_after_commit: removed_after,
+        vacuum_lines: open
+            .into_iter()
+            .chain(after)
+            .filter(|l| l.contains("tuples:"))
+            .collect(),
+    })
+}
+
+/// A connection whose notices (VACUUM VERBOSE's INFO lines) arrive on the receiver.
+async fn notice_connection(
+    url: &str,
+) -> Result<(
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+)> {
+    let (client, mut conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(Error::db("connect for the vacuum experiment"))?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = msg {
+                if tx.send(n.message().to_owned()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    Ok((client, rx))
+}
+
+fn collect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Vec<String> {
+    let mut v = Vec::new();
+    while let Ok(m) = rx.try_recv() {
+        v.extend(m.lines().map(str::to_owned));
+    }
+    v
+}
+
+/// From `tuples: 0 removed, 11992 remain, 2000 are dead but not yet removable`: (removed,
+/// dead but not removable). The first such line is the table's own (not its TOAST table's).
+fn tuples_line(lines: &[String]) -> (i64, i64) {
+    let Some(line) = lines.iter().find(|l| l.trim_start().starts_with("tuples:")) else {
+        return (0, 0);
+    };
+    let num_before = |word: &str| -> i64 {
+        line.split(',')
+            .find(|part| part.contains(word))
+            .and_then(|part| part.split_whitespace().find_map(|w| w.parse::<i64>().ok()))
+            .unwrap_or(0)
+    };
+    (num_before("removed"), num_before("not yet removable"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_vacuum_verbose() {
+        let lines = vec![
+            "finished vacuuming \"postgres.s.jobs\": index scans: 0".to_owned(),
+            "tuples: 0 removed, 11992 remain, 2000 are dead but not yet removable".to_owned(),
+        ];
+        assert_eq!(super::tuples_line(&lines), (0, 2000));
+        let lines = vec![
+            "tuples: 2001 removed, 8542 remain, 0 are dead but not yet removable, oldest xmin: 1"
+                .to_owned(),
+        ];
+        assert_eq!(super::tuples_line(&lines), (2001, 0));
+    }
+}

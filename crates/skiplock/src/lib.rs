@@ -41,18 +41,22 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod admin;
 mod client;
 mod db;
 mod error;
 mod executor;
 mod handler;
+pub mod health;
 pub mod input;
 mod job;
 pub mod lab;
+mod maintenance;
 mod migrate;
 mod schema;
 mod worker;
 
+pub use admin::AdminReport;
 pub use client::{
     Client, ClientBuilder, DEFAULT_APPLICATION_NAME, DEFAULT_LEASE, DEFAULT_POOL_SIZE,
 };
@@ -64,6 +68,7 @@ pub use job::{
     Backoff, ClaimedJob, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
     Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_BATCH_BYTES,
 };
+pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
 pub use worker::{RunStats, Worker, WorkerBuilder, WorkerConfig};

@@ -22,11 +22,18 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "create_jobs",
-    sql: include_str!("../migrations/0001_create_jobs.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "create_jobs",
+        sql: include_str!("../migrations/0001_create_jobs.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "archive_and_locks",
+        sql: include_str!("../migrations/0002_archive_and_locks.sql"),
+    },
+];
 
 /// The newest schema version this build knows.
 pub fn latest_version() -> i32 {

@@ -324,3 +324,36 @@ pub(crate) async fn reaper_try_lock<C: GenericClient + Sync>(
         .await?
         .try_get(0)
 }
+
+/// Runs one of the admin statements (retry, cancel, delete) over `ids`; returns the ids it
+/// changed.
+pub(crate) async fn admin<C: GenericClient + Sync>(
+    c: &C,
+    statement: &str,
+    ids: &[i64],
+) -> Result<Vec<JobId>, Error> {
+    let rows = c
+        .query_typed(statement, &[(&ids, Type::INT8_ARRAY)])
+        .await?;
+    rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
+}
+
+/// The state of each of `ids` that exists.
+pub(crate) async fn states<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    ids: &[i64],
+) -> Result<Vec<(JobId, JobState)>, Error> {
+    let rows = c
+        .query_typed(&sql.states, &[(&ids, Type::INT8_ARRAY)])
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let s: &str = r.try_get(1)?;
+            Ok((
+                JobId(r.try_get(0)?),
+                JobState::parse(s).unwrap_or(JobState::Failed),
+            ))
+        })
+        .collect()
+}

@@ -4,8 +4,10 @@
 //! replaced by the validated, quoted schema name; full-line `--` comments are dropped so they
 //! are not sent with every call. Parameters are always bound, never spliced.
 
+pub(crate) mod health;
 pub(crate) mod job;
 pub(crate) mod lab;
+pub(crate) mod maintenance;
 pub(crate) mod migrate;
 #[cfg(feature = "sqlx-0_8")]
 pub(crate) mod sqlx;
@@ -37,6 +39,8 @@ pub enum Statement {
     LabClaimNaive,
     /// `queries/lab_claim_for_update.sql`: `FOR UPDATE` without `SKIP LOCKED` (lab only).
     LabClaimForUpdate,
+    /// `queries/lab_claim_skip_locked_done.sql`: the right claim, done at once (lab only).
+    LabClaimSkipLockedDone,
 }
 
 macro_rules! templates {
@@ -70,9 +74,21 @@ templates! {
     extend_many => "job_extend_many.sql",
     next_run_at => "job_next_run_at.sql",
     reaper_try_lock => "reaper_try_lock.sql",
+    retry => "job_retry.sql",
+    cancel => "job_cancel.sql",
+    delete => "job_delete.sql",
+    states => "job_states.sql",
+    prune => "job_prune.sql",
+    archive => "job_archive.sql",
+    lock_acquire => "lock_acquire.sql",
+    lock_release => "lock_release.sql",
+    health_queues => "health_queues.sql",
+    health_table => "health_table.sql",
+    health_blockers => "health_blockers.sql",
     lab_claim_naive => "lab_claim_naive.sql",
     lab_claim_for_update => "lab_claim_for_update.sql",
     lab_status => "lab_status.sql",
+    lab_claim_skip_locked_done => "lab_claim_skip_locked_done.sql",
     schema_lock => "schema_lock.sql",
     schema_bootstrap => "schema_bootstrap.sql",
     schema_version => "schema_version.sql",
@@ -92,6 +108,7 @@ impl Sql {
             Statement::Get => &self.get,
             Statement::LabClaimNaive => &self.lab_claim_naive,
             Statement::LabClaimForUpdate => &self.lab_claim_for_update,
+            Statement::LabClaimSkipLockedDone => &self.lab_claim_skip_locked_done,
         }
     }
 }

@@ -55,6 +55,12 @@ pub(crate) async fn run(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemap
             max_attempts: job.max_attempts,
             queue: job.queue.clone(),
             kind: job.kind.clone(),
+            created_at: job.created_at,
+            run_at: job.run_at,
+            claimed_at: job
+                .locked_until
+                .checked_sub(shared.cfg.lease)
+                .unwrap_or(job.locked_until),
             cancel,
             client: shared.client.clone(),
         };

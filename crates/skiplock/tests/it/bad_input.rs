@@ -111,7 +111,10 @@ async fn bad_jobs_are_refused_and_nothing_changes() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(tables, 2);
+    assert_eq!(
+        tables, 4,
+        "jobs, schema_migrations, jobs_archive, maintenance_locks"
+    );
 }
 
 #[tokio::test]

@@ -7,5 +7,6 @@ mod claim;
 mod enqueue;
 mod lifecycle;
 mod migrate;
+mod operations;
 mod support;
 mod worker;

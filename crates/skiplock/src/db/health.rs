@@ -1,0 +1,75 @@
+//! The health report's statements.
+
+use std::time::SystemTime;
+
+use tokio_postgres::types::Type;
+use tokio_postgres::{Error, GenericClient};
+
+use super::Sql;
+use crate::health::{Blocker, QueueHealth, TableHealth};
+
+pub(crate) async fn queues<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+) -> Result<Vec<QueueHealth>, Error> {
+    let rows = c.query_typed(&sql.health_queues, &[]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(QueueHealth {
+                queue: r.try_get("queue")?,
+                queued: r.try_get("queued")?,
+                ready: r.try_get("ready")?,
+                running: r.try_get("running")?,
+                done: r.try_get("done")?,
+                failed: r.try_get("failed")?,
+                oldest_ready_age_s: r.try_get("oldest_ready_age_s")?,
+                finished_last_minute: r.try_get("finished_last_minute")?,
+            })
+        })
+        .collect()
+}
+
+pub(crate) async fn table<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    schema: &str,
+) -> Result<Option<TableHealth>, Error> {
+    let Some(r) = c
+        .query_typed_opt(&sql.health_table, &[(&schema, Type::TEXT)])
+        .await?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(TableHealth {
+        n_live_tup: r.try_get("n_live_tup")?,
+        n_dead_tup: r.try_get("n_dead_tup")?,
+        last_vacuum: r.try_get::<_, Option<SystemTime>>("last_vacuum")?,
+        last_autovacuum: r.try_get::<_, Option<SystemTime>>("last_autovacuum")?,
+        total_bytes: r.try_get("total_bytes")?,
+    }))
+}
+
+pub(crate) async fn blockers<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    older_than_us: i64,
+) -> Result<Vec<Blocker>, Error> {
+    let rows = c
+        .query_typed(&sql.health_blockers, &[(&older_than_us, Type::INT8)])
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Blocker {
+                pid: r.try_get("pid")?,
+                user: r.try_get("usename")?,
+                application_name: r.try_get("application_name")?,
+                client: r.try_get("client")?,
+                state: r.try_get("state")?,
+                xmin_age: r.try_get::<_, Option<i64>>("xmin_age")?.unwrap_or(0),
+                transaction_age_s: r.try_get("xact_age_s")?,
+                state_age_s: r.try_get::<_, Option<f64>>("state_age_s")?.unwrap_or(0.0),
+                query: r.try_get("query")?,
+            })
+        })
+        .collect()
+}

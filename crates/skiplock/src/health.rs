@@ -1,0 +1,143 @@
+//! The queue's health (S11): per-queue counts, the jobs table's dead tuples and vacuum
+//! times, and the sessions that keep vacuum from removing dead rows.
+
+use std::time::{Duration, SystemTime};
+
+use crate::client::Client;
+use crate::db;
+use crate::error::{Error, Result};
+use crate::input;
+
+/// One queue's counts.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueHealth {
+    /// The queue.
+    pub queue: String,
+    /// Jobs `queued` (ready now or scheduled).
+    pub queued: i64,
+    /// Of those, ready now.
+    pub ready: i64,
+    /// Jobs `running`.
+    pub running: i64,
+    /// Jobs `done` (still in the table).
+    pub done: i64,
+    /// Jobs `failed` (still in the table).
+    pub failed: i64,
+    /// How long the oldest ready job has waited, in seconds (0 when none is ready).
+    pub oldest_ready_age_s: f64,
+    /// Jobs that finished (done or failed) in the last minute.
+    pub finished_last_minute: i64,
+}
+
+/// The jobs table, from PostgreSQL's statistics views.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TableHealth {
+    /// Estimated live rows.
+    pub n_live_tup: i64,
+    /// Estimated dead row versions not yet removed by vacuum.
+    pub n_dead_tup: i64,
+    /// The last manual vacuum.
+    pub last_vacuum: Option<SystemTime>,
+    /// The last autovacuum.
+    pub last_autovacuum: Option<SystemTime>,
+    /// Table size with its indexes and TOAST, in bytes.
+    pub total_bytes: i64,
+}
+
+/// A session whose open transaction holds back the xmin horizon: while it stays open,
+/// vacuum cannot remove row versions that died after it started, in any table.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Blocker {
+    /// Its backend pid (`pg_terminate_backend(pid)` ends it).
+    pub pid: i32,
+    /// Its user.
+    pub user: String,
+    /// Its `application_name`.
+    pub application_name: String,
+    /// Its client address (`local` for a Unix socket).
+    pub client: String,
+    /// Its state (`idle in transaction`, `active`, ...).
+    pub state: String,
+    /// How many transactions old its snapshot or transaction id is.
+    pub xmin_age: i64,
+    /// How long its transaction has been open, in seconds.
+    pub transaction_age_s: f64,
+    /// How long it has been in its current state, in seconds.
+    pub state_age_s: f64,
+    /// The start of its last statement.
+    pub query: String,
+}
+
+impl Blocker {
+    /// A plain-language warning about this session.
+    pub fn warning(&self) -> String {
+        let app = if self.application_name.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.application_name)
+        };
+        format!(
+            "session {}{app} from {} has had a transaction open for {:.0} s ({}, xmin age {}): \
+             vacuum cannot remove rows that died since; commit or end it \
+             (SELECT pg_terminate_backend({}))",
+            self.pid, self.client, self.transaction_age_s, self.state, self.xmin_age, self.pid
+        )
+    }
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HealthReport {
+    /// Per queue, sorted by name.
+    pub queues: Vec<QueueHealth>,
+    /// The jobs table (`None` if the statistics views do not list it yet).
+    pub table: Option<TableHealth>,
+    /// Sessions holding back vacuum, oldest first.
+    pub blockers: Vec<Blocker>,
+    /// Plain-language warnings (blockers, a mostly dead table).
+    pub warnings: Vec<String>,
+}
+
+/// The default age after which an open transaction is reported even when it is active.
+pub const DEFAULT_BLOCKER_AGE: Duration = Duration::from_secs(30);
+
+impl Client {
+    /// The health report. Sessions `idle in transaction` are always reported; others when
+    /// their transaction is older than `blocker_age` ([`DEFAULT_BLOCKER_AGE`] is a sensible
+    /// value).
+    pub async fn health(&self, blocker_age: Duration) -> Result<HealthReport> {
+        const OP: &str = "read the queue's health";
+        let older_than_us = input::micros("blocker age", blocker_age)?;
+        let conn = self.conn(OP).await?;
+        let sql = self.sql();
+        let queues = db::health::queues(&**conn, sql)
+            .await
+            .map_err(Error::db(OP))?;
+        let table = db::health::table(&**conn, sql, self.schema().name())
+            .await
+            .map_err(Error::db(OP))?;
+        let blockers = db::health::blockers(&**conn, sql, older_than_us)
+            .await
+            .map_err(Error::db(OP))?;
+        let mut warnings: Vec<String> = blockers.iter().map(Blocker::warning).collect();
+        if let Some(t) = &table {
+            if t.n_dead_tup > 10_000 && t.n_dead_tup > t.n_live_tup {
+                warnings.push(format!(
+                    "the jobs table has more dead row versions ({}) than live rows ({}): \
+                     check that autovacuum runs and that no transaction stays open",
+                    t.n_dead_tup, t.n_live_tup
+                ));
+            }
+        }
+        Ok(HealthReport {
+            queues,
+            table,
+            blockers,
+            warnings,
+        })
+    }
+}

@@ -1,0 +1,245 @@
+//! Operator calls: retry, cancel, delete (B5); prune and archive (S10); health (S11); the
+//! lab's wait and vacuum experiments (S14).
+
+use std::time::Duration;
+
+use skiplock::lab::{claim_wait, vacuum};
+use skiplock::{Client, JobId, JobState, NewJob, PruneOptions, Retry, Schema, Transition};
+use skiplock_testdb::TestDb;
+
+use crate::support::setup;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn retry_cancel_and_delete() {
+    let b = setup().await;
+    let ids = b
+        .client
+        .enqueue_many(
+            &(0..4)
+                .map(|i| NewJob::new("k", &i).max_attempts(1))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    // ids[0] fails for good (its only attempt), ids[1] runs, ids[2] is done, ids[3] queued.
+    let j = b.client.claim("default", 1, LEASE).await.unwrap().remove(0);
+    let _ = b
+        .client
+        .fail(j.id, j.attempt, "boom", Retry::default())
+        .await
+        .unwrap();
+    let running = b.client.claim("default", 1, LEASE).await.unwrap().remove(0);
+    let d = b.client.claim("default", 1, LEASE).await.unwrap().remove(0);
+    let _ = b.client.complete(d.id, d.attempt).await.unwrap();
+
+    // Retry: the failed and the done job run again; attempts kept, max raised; running left.
+    let r = b
+        .client
+        .retry(&[ids[0], ids[1], ids[2], JobId(999_999)])
+        .await
+        .unwrap();
+    assert_eq!(r.changed, vec![ids[0], ids[2]]);
+    assert_eq!(
+        r.unchanged,
+        vec![(ids[1], Some(JobState::Running)), (JobId(999_999), None)]
+    );
+    let row = b.client.get(ids[0]).await.unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.attempts, row.max_attempts),
+        (JobState::Queued, 1, 2)
+    );
+    assert!(row.finished_at.is_none());
+    let again = b.client.claim("default", 10, LEASE).await.unwrap();
+    assert_eq!(again.len(), 3, "the two retried jobs and the queued one");
+
+    // Cancel the running job: its late completion is refused.
+    let c = b.client.cancel(&[running.id]).await.unwrap();
+    assert_eq!(c.changed, vec![running.id]);
+    let row = b.client.get(running.id).await.unwrap().unwrap();
+    assert_eq!(
+        (row.state, row.last_error.as_deref()),
+        (JobState::Failed, Some("cancelled"))
+    );
+    assert_eq!(
+        b.client
+            .complete(running.id, running.attempt)
+            .await
+            .unwrap(),
+        Transition::Lost
+    );
+
+    // Delete: not running ones only.
+    let still_running = again[0].id;
+    let d = b.client.delete(&[running.id, still_running]).await.unwrap();
+    assert_eq!(d.changed, vec![running.id]);
+    assert_eq!(d.unchanged, vec![(still_running, Some(JobState::Running))]);
+    assert!(b.client.get(running.id).await.unwrap().is_none());
+    assert!(b.client.retry(&[]).await.unwrap().changed.is_empty());
+}
+
+#[tokio::test]
+async fn prune_takes_batches_keeps_recent_and_unfinished_and_can_archive() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..25_000).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let keep: Vec<NewJob> = (0..10).map(|i| NewJob::new("k", &i)).collect();
+    let keep = b.client.enqueue_many(&keep).await.unwrap();
+    // 25,000 done 8 days ago; of the 10 others: 3 done now, 3 failed 8 days ago, 4 queued.
+    b.raw
+        .batch_execute(&format!(
+            "UPDATE jobs SET status = 'done', attempts = 1, finished_at = now() - interval '8 days'
+               WHERE id < {first};
+             UPDATE jobs SET status = 'done', attempts = 1, finished_at = now()
+               WHERE id IN ({a}, {b}, {c});
+             UPDATE jobs SET status = 'failed', attempts = 5, finished_at = now() - interval '8 days'
+               WHERE id IN ({d}, {e}, {f});",
+            first = keep[0].0,
+            a = keep[0].0,
+            b = keep[1].0,
+            c = keep[2].0,
+            d = keep[3].0,
+            e = keep[4].0,
+            f = keep[5].0,
+        ))
+        .await
+        .unwrap();
+    let r = b.client.prune(PruneOptions::default()).await.unwrap();
+    assert_eq!((r.removed, r.batches, r.skipped), (25_000, 3, false));
+    assert_eq!(
+        b.count("true").await,
+        10,
+        "recent, failed and queued jobs kept"
+    );
+
+    let r = b
+        .client
+        .prune(PruneOptions::default().include_failed(true).archive(true))
+        .await
+        .unwrap();
+    assert_eq!((r.removed, r.batches, r.archived), (3, 1, true));
+    let archived: i64 = b
+        .raw
+        .query_one(
+            "SELECT count(*) FROM jobs_archive WHERE status = 'failed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(archived, 3);
+    assert_eq!(b.count("true").await, 7);
+    assert!(b
+        .client
+        .prune(PruneOptions::default().batch_size(0))
+        .await
+        .unwrap_err()
+        .is_invalid_input());
+}
+
+#[tokio::test]
+async fn only_one_pruner_runs_at_a_time() {
+    let b = setup().await;
+    // Another process holds the prune lock.
+    assert!(b
+        .client
+        .try_maintenance_lock("prune", "someone else", Duration::from_secs(60))
+        .await
+        .unwrap());
+    let r = b.client.prune(PruneOptions::default()).await.unwrap();
+    assert!(r.skipped);
+    // An expired holder does not block forever.
+    b.raw
+        .batch_execute("UPDATE maintenance_locks SET expires_at = now() - interval '1 second'")
+        .await
+        .unwrap();
+    assert!(
+        !b.client
+            .prune(PruneOptions::default())
+            .await
+            .unwrap()
+            .skipped
+    );
+}
+
+#[tokio::test]
+async fn health_reports_counts_and_an_idle_in_transaction_session() {
+    let b = setup().await;
+    b.client
+        .enqueue_many(&[NewJob::new("k", &1), NewJob::new("k", &2).queue("other")])
+        .await
+        .unwrap();
+    let j = b.client.claim("default", 1, LEASE).await.unwrap().remove(0);
+    let _ = b.client.complete(j.id, j.attempt).await.unwrap();
+    b.client
+        .enqueue(&NewJob::new("k", &3).delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+
+    // A session left idle in transaction after writing.
+    let mut idle = b.db.connect().await.unwrap();
+    let pid: i32 = idle
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let tx = idle.transaction().await.unwrap();
+    tx.batch_execute(&format!(
+        "UPDATE \"{}\".jobs SET priority = priority WHERE queue = 'other'",
+        b.db.schema()
+    ))
+    .await
+    .unwrap();
+
+    let h = b.client.health(Duration::from_secs(3600)).await.unwrap();
+    let default = h.queues.iter().find(|q| q.queue == "default").unwrap();
+    assert_eq!((default.queued, default.ready, default.done), (1, 0, 1));
+    assert_eq!(default.finished_last_minute, 1);
+    let other = h.queues.iter().find(|q| q.queue == "other").unwrap();
+    assert_eq!((other.queued, other.ready), (1, 1));
+    let blocker = h
+        .blockers
+        .iter()
+        .find(|s| s.pid == pid)
+        .expect("the idle session");
+    assert!(
+        blocker.state.starts_with("idle in transaction"),
+        "{blocker:?}"
+    );
+    assert!(h.warnings.iter().any(|w| w.contains(&pid.to_string())));
+    tx.rollback().await.unwrap();
+    let h = b.client.health(Duration::from_secs(3600)).await.unwrap();
+    assert!(h.blockers.iter().all(|s| s.pid != pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_experiment_shows_for_update_waiting_and_skip_locked_not() {
+    let b = setup().await;
+    let schema = Schema::new(b.db.schema()).unwrap();
+    let r = claim_wait(b.db.url(), &schema, Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(r.for_update_ms >= 450.0, "{r:?}");
+    assert!(r.skip_locked_ms < 450.0, "{r:?}");
+    assert!(r.for_update_job.is_some() && r.skip_locked_job.is_some());
+}
+
+/// The article's vacuum lesson, in a database of its own (other sessions of a shared
+/// database would change the figures): 2,000 dead rows not removable while one claim
+/// transaction stays open, all removable after it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vacuum_cannot_remove_rows_while_a_claim_stays_open() {
+    let db = TestDb::new_database().await;
+    let client = Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap();
+    client.migrate().await.unwrap();
+    let schema = Schema::new(db.schema()).unwrap();
+    let r = vacuum(db.url(), &schema, 2_000, 4).await.unwrap();
+    eprintln!("{r:?}");
+    assert_eq!(r.dead_not_removable_open, 2_000, "{r:?}");
+    assert_eq!(r.dead_not_removable_after_commit, 0, "{r:?}");
+    assert!(r.removed_after_commit >= 2_000, "{r:?}");
+}
