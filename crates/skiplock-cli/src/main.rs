@@ -1,19 +1,28 @@
 //! The `skiplock` command. It parses arguments and calls the library; the queue's logic
 //! lives in the `skiplock` crate.
 
+mod admin;
 mod database;
+mod demo;
+mod enqueue;
+mod lab;
+mod stats;
+mod util;
+mod work;
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+
+use crate::util::UsageError;
 
 /// A PostgreSQL job queue: FOR UPDATE SKIP LOCKED claims with leases, guarded completion,
 /// retries with backoff, LISTEN/NOTIFY wake-ups.
 ///
 /// The database is --database-url, else DATABASE_URL, else a private local PostgreSQL kept in
 /// ./.skiplock (or $SKIPLOCK_HOME), created and started on first use from the local server
-/// binaries.
+/// binaries. Exit status: 0 success, 1 a database or runtime error, 2 a usage error or input
+/// that was refused.
 #[derive(Debug, Parser)]
 #[command(name = "skiplock", version, propagate_version = true)]
 struct Cli {
@@ -34,6 +43,28 @@ enum Command {
     /// Create the queue's schema, or upgrade it to this version. Safe to run again, and from
     /// several processes at once.
     Migrate,
+    /// Enqueue one job, or JSON lines from standard input.
+    Enqueue(enqueue::Args),
+    /// Run a worker: built-in demo kinds, or every job handed to a command (--exec).
+    Work(work::Args),
+    /// Queue depths, throughput, table health and sessions holding back vacuum.
+    Stats(stats::Args),
+    /// Return jobs whose lease expired to the queue, once (for cron).
+    Reap(admin::JsonArgs),
+    /// Delete (or archive) finished jobs older than a retention, in batches of 10,000.
+    Prune(admin::PruneArgs),
+    /// Make jobs ready to run now (queued, done or failed ones).
+    Retry(admin::IdsArgs),
+    /// Cancel queued or running jobs (they become failed, 'cancelled').
+    Cancel(admin::IdsArgs),
+    /// Delete jobs that are not running.
+    Delete(admin::IdsArgs),
+    /// Show one job.
+    Show(admin::ShowArgs),
+    /// Reproduce the article's experiments on this database, in a scratch schema.
+    Lab(lab::Args),
+    /// Run 10,000 jobs through 8 workers, crash one, and summarise (a scratch schema).
+    Demo(demo::Args),
     /// Manage the embedded default database (./.skiplock, or $SKIPLOCK_HOME).
     Pg {
         #[command(subcommand)]
@@ -54,14 +85,22 @@ enum PgAction {
 }
 
 fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let default_log = match cli.command {
+        Command::Work(_) => "warn,skiplock=info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -72,30 +111,72 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let url_for_errors = cli.database_url.clone();
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            let usage = e.chain().any(|c| {
+                c.downcast_ref::<UsageError>().is_some()
+                    || c.downcast_ref::<skiplock::Error>()
+                        .is_some_and(skiplock::Error::is_invalid_input)
+            });
+            let reaching_db = e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<skiplock::Error>(),
+                    Some(skiplock::Error::Pool { .. })
+                )
+            });
             // One line: the whole cause chain, with the database's multi-line reports folded.
-            let msg = format!("{e:#}").replace('\n', " ");
+            let mut msg = format!("{e:#}").replace('\n', " ");
+            if let (true, Some(url)) = (reaching_db, url_for_errors.as_deref()) {
+                msg.push_str(&format!(" (database {})", util::redact(url)));
+            }
             eprintln!("error: {msg}");
-            ExitCode::FAILURE
+            ExitCode::from(if usage { 2 } else { 1 })
         }
     }
 }
 
+/// Help and version go out as clap prints them; a usage error becomes one line and exit 2.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.render().to_string();
+    let first = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("invalid arguments")
+        .trim();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("error: {first} (see --help)");
+    ExitCode::from(2)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let target = util::Target {
+        url: cli.database_url,
+        schema: cli.schema,
+    };
     match cli.command {
         Command::Migrate => {
-            let url = database::resolve(cli.database_url.as_deref())?;
-            let client = skiplock::Client::builder(url)
-                .schema(&cli.schema)
-                .pool_size(1)
-                .build()?;
+            let client = target.client_with(1, false).await?;
             let report = client.migrate().await?;
             if report.applied.is_empty() {
                 println!(
                     "schema {} is up to date (version {})",
-                    cli.schema, report.to
+                    target.schema, report.to
                 );
             } else {
                 let names: Vec<String> = report
@@ -105,7 +186,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .collect();
                 println!(
                     "schema {}: migrated from version {} to {} ({})",
-                    cli.schema,
+                    target.schema,
                     report.from,
                     report.to,
                     names.join(", ")
@@ -113,6 +194,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Enqueue(args) => enqueue::run(&target, args).await,
+        Command::Work(args) => work::run(&target, args).await,
+        Command::Stats(args) => stats::run(&target, args).await,
+        Command::Reap(args) => admin::reap(&target, args).await,
+        Command::Prune(args) => admin::prune(&target, args).await,
+        Command::Retry(args) => admin::ids(&target, admin::Action::Retry, args).await,
+        Command::Cancel(args) => admin::ids(&target, admin::Action::Cancel, args).await,
+        Command::Delete(args) => admin::ids(&target, admin::Action::Delete, args).await,
+        Command::Show(args) => admin::show(&target, args).await,
+        Command::Lab(args) => lab::run(&target, args).await,
+        Command::Demo(args) => demo::run(&target, args).await,
         Command::Pg { action } => {
             let home = database::Home::locate()?;
             match action {
@@ -122,8 +214,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("running: {url}");
                 }
                 PgAction::Stop => {
-                    home.stop()
-                        .context("could not stop the embedded database")?;
+                    home.stop()?;
                     println!("stopped");
                 }
                 PgAction::Url => println!("{}", home.ensure_running()?),

@@ -1,92 +1,576 @@
-//! The `skiplock` command as a user runs it.
+//! The `skiplock` command as a user runs it: the real binary against a real server.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use skiplock_testdb::TestDb;
 
-fn skiplock(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skiplock"));
-    cmd.args(args)
-        .env_remove("DATABASE_URL")
-        .env_remove("SKIPLOCK_HOME");
-    for (k, v) in envs {
-        cmd.env(k, v);
+fn cmd(db: Option<&TestDb>, args: &[&str]) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin!("skiplock"));
+    c.env_remove("DATABASE_URL").env_remove("SKIPLOCK_HOME");
+    if let Some(db) = db {
+        c.args(["--database-url", db.url(), "--schema", db.schema()]);
     }
-    cmd.output().unwrap()
+    c.args(args);
+    c
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+fn run(db: Option<&TestDb>, args: &[&str]) -> Output {
+    cmd(db, args).output().unwrap()
+}
+
+fn run_stdin(db: &TestDb, args: &[&str], input: &[u8]) -> Output {
+    let mut child = cmd(Some(db), args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), err(o));
+    out(o)
+}
+
+/// A failure: the expected exit status, one line on stderr naming `needle`, no panic.
+#[track_caller]
+fn fails(o: &Output, code: i32, needle: &str) {
+    let e = err(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
+    assert!(e.contains(needle), "{needle:?} not in {e:?}");
+    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(lines.len(), 1, "{e}");
+    assert!(
+        !e.contains("panicked") && !e.contains("RUST_BACKTRACE"),
+        "{e}"
+    );
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+async fn migrated() -> TestDb {
+    let db = TestDb::new().await;
+    ok(&run(Some(&db), &["migrate"]));
+    db
+}
+
+async fn sql_one(db: &TestDb, q: &str) -> i64 {
+    let c = db.connect().await.unwrap();
+    let q = q.replace("jobs", &format!("\"{}\".jobs", db.schema()));
+    c.query_one(&q, &[]).await.unwrap().get(0)
 }
 
 #[test]
-fn help_lists_the_commands() {
-    let out = skiplock(&["--help"], &[]);
-    assert!(out.status.success());
-    let help = text(&out.stdout);
-    for word in ["migrate", "--database-url", "--schema", "DATABASE_URL"] {
+fn help_lists_every_command() {
+    let help = ok(&run(None, &["--help"]));
+    for word in [
+        "migrate",
+        "enqueue",
+        "work",
+        "stats",
+        "reap",
+        "prune",
+        "retry",
+        "cancel",
+        "delete",
+        "show",
+        "lab",
+        "demo",
+        "pg",
+        "--database-url",
+        "--schema",
+        "DATABASE_URL",
+    ] {
         assert!(help.contains(word), "{word} missing from:\n{help}");
+    }
+    for sub in ["enqueue", "work", "prune", "lab", "demo", "stats"] {
+        assert!(run(None, &[sub, "--help"]).status.success(), "{sub} --help");
     }
 }
 
 #[tokio::test]
 async fn migrate_with_a_url_then_again() {
     let db = TestDb::new().await;
-    let out = skiplock(
+    assert!(ok(&run(Some(&db), &["migrate"])).contains("migrated from version 0 to"));
+    // DATABASE_URL is the fallback.
+    let o = Command::new(assert_cmd::cargo::cargo_bin!("skiplock"))
+        .args(["--schema", db.schema(), "migrate"])
+        .env("DATABASE_URL", db.url())
+        .output()
+        .unwrap();
+    assert!(ok(&o).contains("up to date"));
+}
+
+#[tokio::test]
+async fn enqueue_one_and_many_then_show_and_stats() {
+    let db = migrated().await;
+    let id = ok(&run(
+        Some(&db),
+        &[
+            "enqueue",
+            "--queue",
+            "mail",
+            "--kind",
+            "sleep",
+            "--priority",
+            "-3",
+            "--max-attempts",
+            "7",
+            r#"{"ms":1}"#,
+        ],
+    ));
+    let id = id.trim();
+    let shown = json(&ok(&run(Some(&db), &["show", id, "--json"])));
+    assert_eq!(shown["queue"], "mail");
+    assert_eq!(shown["kind"], "sleep");
+    assert_eq!(shown["priority"], -3);
+    assert_eq!(shown["max_attempts"], 7);
+    assert_eq!(shown["status"], "queued");
+    assert_eq!(shown["payload"]["ms"], 1);
+    assert!(ok(&run(Some(&db), &["show", id])).contains("status       queued"));
+
+    // Many from standard input: blank lines skipped, ids printed in order.
+    let lines: String = (0..12_000).map(|i| format!("{{\"n\":{i}}}\n\n")).collect();
+    let o = run_stdin(
+        &db,
+        &["enqueue", "--queue", "bulk", "--delay", "1h"],
+        lines.as_bytes(),
+    );
+    let ids: Vec<i64> = ok(&o).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(ids.len(), 12_000);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let o = run_stdin(&db, &["enqueue", "--json"], b"{\"a\":1}\n{\"a\":2}\n");
+    assert_eq!(json(&ok(&o))["ids"].as_array().unwrap().len(), 2);
+
+    let s = json(&ok(&run(Some(&db), &["stats", "--json"])));
+    let queues = s["queues"].as_array().unwrap();
+    let bulk = queues.iter().find(|q| q["queue"] == "bulk").unwrap();
+    assert_eq!(
+        (bulk["queued"].as_i64(), bulk["ready"].as_i64()),
+        (Some(12_000), Some(0))
+    );
+    assert!(s["table"]["n_live_tup"].is_i64());
+    assert!(s["blockers"].as_array().unwrap().is_empty() || s["blockers"].is_array());
+    assert!(ok(&run(Some(&db), &["stats"])).contains("bulk"));
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_one_line_and_nothing_changes() {
+    let db = migrated().await;
+    for (args, needle) in [
+        (vec!["enqueue", "{not json"], "not valid JSON"),
+        (vec!["enqueue", r#"{"a":"\u0000"}"#], "\\u0000"),
+        (
+            vec!["enqueue", "--queue", "bad queue", "{}"],
+            "invalid queue name",
+        ),
+        (
+            vec!["enqueue", "--queue", "q'; DROP TABLE jobs;--", "{}"],
+            "invalid queue name",
+        ),
+        (vec!["enqueue", "--kind", "a b", "{}"], "invalid job kind"),
+        (vec!["enqueue", "--max-attempts", "0", "{}"], "max_attempts"),
+        (
+            vec!["enqueue", "--max-attempts", "2147483648", "{}"],
+            "max-attempts",
+        ),
+        (vec!["enqueue", "--delay", "-1s", "{}"], "delay"),
+        (vec!["enqueue", "--run-at", "tomorrow", "{}"], "RFC 3339"),
+        (vec!["retry", "abc"], "not a job id"),
+        (vec!["cancel", "-5"], "job id"),
+        (vec!["work", "--queue", "q=0"], "concurrency"),
+        (vec!["work", "--poll-interval", "often"], "duration"),
+        (vec!["lab", "naive", "--workers", "0"], "--workers"),
+    ] {
+        fails(&run(Some(&db), &args), 2, needle);
+    }
+    // Bad schema names never reach SQL.
+    for schema in [
+        "evil\"; DROP SCHEMA public CASCADE;--",
+        "a$$b",
+        &"s".repeat(100),
+    ] {
+        let o = run(
+            None,
+            &["--database-url", db.url(), "--schema", schema, "stats"],
+        );
+        fails(&o, 2, "invalid schema name");
+    }
+    // Standard input: invalid UTF-8, a bad line among good ones, a payload over the cap.
+    fails(
+        &run_stdin(&db, &["enqueue"], b"{\"a\":1}\n\xff\xfe\n"),
+        2,
+        "line 2 of standard input is not valid UTF-8",
+    );
+    fails(
+        &run_stdin(&db, &["enqueue"], b"{\"a\":1}\n{\"a\":2}\n{oops\n"),
+        2,
+        "line 3",
+    );
+    let big = format!("\"{}\"\n", "x".repeat(1024 * 1024 + 1));
+    fails(&run_stdin(&db, &["enqueue"], big.as_bytes()), 2, "limit");
+    fails(&run_stdin(&db, &["enqueue"], b"\n\n"), 2, "no payload");
+    assert_eq!(
+        sql_one(&db, "SELECT count(*) FROM jobs").await,
+        0,
+        "nothing was enqueued"
+    );
+
+    // Unknown ids; a missing schema; an unreachable database with its password hidden.
+    fails(&run(Some(&db), &["show", "424242"]), 1, "no job 424242");
+    fails(
+        &run(Some(&db), &["retry", "424242"]),
+        1,
+        "no job was retried",
+    );
+    let o = run(
+        None,
         &[
             "--database-url",
             db.url(),
             "--schema",
-            db.schema(),
-            "migrate",
+            "never_migrated",
+            "stats",
         ],
-        &[],
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("migrated from version 0 to 1"));
-    // DATABASE_URL is the fallback.
-    let out = skiplock(
-        &["--schema", db.schema(), "migrate"],
-        &[("DATABASE_URL", db.url())],
+    fails(
+        &o,
+        1,
+        "run `skiplock --schema never_migrated migrate` first",
     );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("up to date (version 1)"));
+    let o = run(
+        None,
+        &[
+            "--database-url",
+            "postgres://app:s3cretpw@127.0.0.1:1/db?connect_timeout=2",
+            "stats",
+        ],
+    );
+    fails(&o, 1, "could not get a database connection");
+    assert!(
+        !err(&o).contains("s3cretpw") && err(&o).contains("app:***@127.0.0.1:1"),
+        "{}",
+        err(&o)
+    );
+    fails(
+        &run(None, &["--database-url", "not a url", "migrate"]),
+        2,
+        "invalid database URL",
+    );
 }
 
-#[test]
-fn errors_are_one_line_with_a_nonzero_exit() {
-    for (args, needle) in [
+#[tokio::test]
+async fn work_drain_runs_builtin_kinds_and_exits_0() {
+    let db = migrated().await;
+    ok(&run(Some(&db), &["enqueue", "--kind", "noop", "{}"]));
+    ok(&run(
+        Some(&db),
+        &["enqueue", "--kind", "sleep", r#"{"ms":20}"#],
+    ));
+    ok(&run(
+        Some(&db),
+        &[
+            "enqueue",
+            "--kind",
+            "fail",
+            r#"{"times":9}"#,
+            "--max-attempts",
+            "1",
+        ],
+    ));
+    ok(&run(
+        Some(&db),
+        &["enqueue", "--kind", "noop", "--queue", "other", "{}"],
+    ));
+    let stats = json(&ok(&run(Some(&db), &["work", "--drain", "--json"])));
+    assert_eq!(
         (
-            vec![
-                "--database-url",
-                "postgres://x@127.0.0.1:1/db",
-                "--schema",
-                "evil\"; DROP",
-                "migrate",
-            ],
-            "invalid schema name",
+            stats["claimed"].as_i64(),
+            stats["done"].as_i64(),
+            stats["failed"].as_i64()
         ),
-        (
-            vec![
-                "--database-url",
-                "postgres://x@127.0.0.1:1/db?connect_timeout=2",
-                "migrate",
-            ],
-            "could not get a database connection to migrate",
+        (Some(3), Some(2), Some(1))
+    );
+    assert_eq!(
+        sql_one(
+            &db,
+            "SELECT count(*) FROM jobs WHERE queue = 'default' AND status IN ('queued', 'running')"
+        )
+        .await,
+        0
+    );
+    // Nothing ready: exits 0 at once.
+    let stats = json(&ok(&run(Some(&db), &["work", "--drain", "--json"])));
+    assert_eq!(stats["claimed"], 0);
+    let stats = json(&ok(&run(
+        Some(&db),
+        &["work", "--queue", "other=2", "--drain", "--json"],
+    )));
+    assert_eq!(stats["done"], 1);
+}
+
+#[tokio::test]
+async fn exec_worker_follows_the_exit_code_contract() {
+    let db = migrated().await;
+    let dir = std::env::temp_dir().join(format!("skiplock-exec-{}", db.schema()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("job.sh");
+    let log = dir.join("log");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\npayload=$(cat)\necho \"$SKIPLOCK_JOB_ID $SKIPLOCK_ATTEMPT $SKIPLOCK_QUEUE $SKIPLOCK_KIND $payload\" >> {log}\n\
+             case \"$payload\" in\n  *retry*) echo 'try later' >&2; exit 75;;\n  *boom*) echo 'first line' >&2; echo 'it went boom' >&2; exit 3;;\n  *signal*) kill -KILL $$;;\nesac\nexit 0\n",
+            log = log.display()
         ),
-        (
-            vec!["--database-url", "not a url", "migrate"],
-            "invalid database URL",
-        ),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for p in [
+        r#"{"ok":1}"#,
+        r#"{"retry":1}"#,
+        r#"{"boom":1}"#,
+        r#"{"signal":1}"#,
     ] {
-        let out = skiplock(&args, &[]);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        let err = text(&out.stderr);
-        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.starts_with("error: ") && err.contains(needle), "{err}");
-        assert!(!err.contains("panicked"));
+        ids.push(
+            ok(&run(
+                Some(&db),
+                &["enqueue", "--kind", "shell", "--queue", "ex", p],
+            ))
+            .trim()
+            .to_owned(),
+        );
     }
+    let stats = json(&ok(&run(
+        Some(&db),
+        &[
+            "work",
+            "--queue",
+            "ex=4",
+            "--drain",
+            "--json",
+            "--exec",
+            "sh",
+            script.to_str().unwrap(),
+        ],
+    )));
+    assert_eq!(
+        (stats["done"].as_i64(), stats["retried"].as_i64()),
+        (Some(1), Some(3))
+    );
+    let show = |id: &str| json(&ok(&run(Some(&db), &["show", id, "--json"])));
+    assert_eq!(show(&ids[0])["status"], "done");
+    let r = show(&ids[1]);
+    assert_eq!(
+        (r["status"].as_str(), r["last_error"].as_str()),
+        (Some("queued"), Some("exit 75 (retry requested): try later"))
+    );
+    let r = show(&ids[2]);
+    assert_eq!(r["last_error"], "exit 3: first line it went boom");
+    let r = show(&ids[3]);
+    assert_eq!(r["last_error"], "killed by signal 9");
+    // The environment and the payload reached the command.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains(&format!("{} 1 ex shell {{\"ok\": 1}}", ids[0])),
+        "{logged}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_during_work_hands_back_running_jobs() {
+    let db = migrated().await;
+    for i in 0..3 {
+        ok(&run(Some(&db), &["enqueue", &format!("{{\"n\":{i}}}")]));
+    }
+    let child = cmd(
+        Some(&db),
+        &[
+            "work",
+            "--queue",
+            "default=2",
+            "--shutdown-timeout",
+            "1s",
+            "--json",
+            "--exec",
+            "sleep",
+            "60",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    while sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'running'").await < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "jobs never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let stats = json(&ok(&o));
+    assert_eq!(stats["requeued"], 2, "{stats}");
+    assert_eq!(
+        sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'queued'").await,
+        3
+    );
+    assert_eq!(sql_one(&db, "SELECT count(*) FROM jobs WHERE attempts = 1 AND max_attempts = 6 AND locked_until IS NULL").await, 2);
+}
+
+#[tokio::test]
+async fn reap_prune_retry_cancel_delete() {
+    let db = migrated().await;
+    for _ in 0..4 {
+        ok(&run(Some(&db), &["enqueue", "--max-attempts", "1", "{}"]));
+    }
+    let c = db.connect().await.unwrap();
+    let s = db.schema();
+    c.batch_execute(&format!(
+        "UPDATE \"{s}\".jobs SET status = 'running', attempts = 1, locked_until = now() - interval '1 minute' WHERE id = 1;
+         UPDATE \"{s}\".jobs SET status = 'done', attempts = 1, finished_at = now() - interval '30 days' WHERE id = 2;"
+    ))
+    .await
+    .unwrap();
+    let r = json(&ok(&run(Some(&db), &["reap", "--json"])));
+    assert_eq!(
+        (r["reaped"].as_i64(), r["failed"].as_i64()),
+        (Some(1), Some(1))
+    );
+    assert!(ok(&run(Some(&db), &["reap"])).contains("reaped 0 job(s)"));
+    let p = json(&ok(&run(
+        Some(&db),
+        &["prune", "--older-than", "7d", "--json"],
+    )));
+    assert_eq!(
+        (p["removed"].as_i64(), p["batches"].as_i64()),
+        (Some(1), Some(1))
+    );
+    let p = json(&ok(&run(
+        Some(&db),
+        &[
+            "prune",
+            "--include-failed",
+            "--older-than",
+            "0s",
+            "--archive",
+            "--json",
+        ],
+    )));
+    assert_eq!(
+        (p["removed"].as_i64(), p["archived"].as_bool()),
+        (Some(1), Some(true))
+    );
+    let r = json(&ok(&run(Some(&db), &["retry", "3", "--json"])));
+    assert_eq!(r["retried"], serde_json::json!([3]));
+    let r = json(&ok(&run(Some(&db), &["cancel", "3", "4", "--json"])));
+    assert_eq!(r["cancelled"], serde_json::json!([3, 4]));
+    assert!(ok(&run(Some(&db), &["delete", "3", "4", "99"])).contains("99: no such job"));
+    assert_eq!(sql_one(&db, "SELECT count(*) FROM jobs").await, 0);
+}
+
+/// The lab's JSON contract, in a database of its own (the vacuum figures would be disturbed
+/// by other tests' transactions in a shared one).
+#[tokio::test]
+async fn lab_reproduces_the_article() {
+    let db = TestDb::new_database().await;
+    let o = run(Some(&db), &["lab", "all", "--json"]);
+    let lines: Vec<serde_json::Value> = ok(&o).lines().map(json).collect();
+    assert_eq!(lines.len(), 4, "{}", out(&o));
+    let by = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["experiment"] == name)
+            .unwrap()
+            .clone()
+    };
+    let naive = by("naive");
+    assert!(naive["duplicate_claims"].as_i64().unwrap() > 0, "{naive}");
+    assert!(naive["done"].as_i64().unwrap() < 10_000, "{naive}");
+    assert!(naive["max_attempts"].as_i64().unwrap() > 1);
+    let sl = by("skip-locked");
+    assert_eq!(
+        (
+            sl["done"].as_i64(),
+            sl["max_attempts"].as_i64(),
+            sl["duplicate_claims"].as_i64()
+        ),
+        (Some(10_000), Some(1), Some(0)),
+        "{sl}"
+    );
+    let fu = by("for-update");
+    assert!(fu["wait_ms"].as_f64().unwrap() >= 1000.0, "{fu}");
+    assert!(fu["skip_locked_ms"].as_f64().unwrap() < 1000.0, "{fu}");
+    let v = by("vacuum");
+    assert_eq!(v["dead_not_removable_open"], 2000, "{v}");
+    assert_eq!(v["dead_not_removable_after_commit"], 0, "{v}");
+    // The scratch schemas are gone.
+    let c = db.connect().await.unwrap();
+    let left: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE '%\\_lab\\_%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn demo_finishes_with_no_duplicate_completion() {
+    let db = TestDb::new().await;
+    let o = run(
+        Some(&db),
+        &["demo", "--jobs", "2000", "--workers", "4", "--json"],
+    );
+    let d = json(&ok(&o));
+    assert_eq!(d["enqueued"], 2000);
+    assert_eq!(d["duplicate_completions"], 0, "{d}");
+    assert_eq!(
+        d["done"].as_i64().unwrap() + d["failed"].as_i64().unwrap(),
+        2000,
+        "{d}"
+    );
+    assert!(
+        d["reaped"].as_i64().unwrap() >= 1,
+        "the crashed worker's jobs were reaped: {d}"
+    );
+    assert!(d["retried"].as_i64().unwrap() > 0);
+    assert!(d["latency_p99_ms"].as_f64().unwrap() >= d["latency_p50_ms"].as_f64().unwrap());
+    let c = db.connect().await.unwrap();
+    let left: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1",
+            &[&format!("{}_demo_%", db.schema())],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "the demo dropped its schema");
 }
 
 /// With no URL, the embedded default database is created, started, migrated, reported
@@ -98,20 +582,20 @@ fn the_embedded_default_database() {
     }
     let home = std::env::temp_dir().join(format!("skiplock-cli-home-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
-    let env = [("SKIPLOCK_HOME", home.to_str().unwrap())];
-    let out = skiplock(&["pg", "status"], &env);
-    assert!(text(&out.stdout).contains("not created yet"));
-    let out = skiplock(&["migrate"], &env);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("migrated from version 0 to 1"));
-    let out = skiplock(&["pg", "url"], &env);
-    assert!(text(&out.stdout).starts_with("postgres://postgres@127.0.0.1:"));
-    let out = skiplock(&["pg", "status"], &env);
-    assert!(text(&out.stdout).contains("running"));
-    let out = skiplock(&["migrate"], &env);
-    assert!(text(&out.stdout).contains("up to date"));
-    let out = skiplock(&["pg", "stop"], &env);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&skiplock(&["pg", "status"], &env).stdout).contains("stopped"));
+    let with_home = |args: &[&str]| {
+        cmd(None, args)
+            .env("SKIPLOCK_HOME", &home)
+            .output()
+            .unwrap()
+    };
+    assert!(ok(&with_home(&["pg", "status"])).contains("not created yet"));
+    assert!(ok(&with_home(&["migrate"])).contains("migrated from version 0 to"));
+    assert!(ok(&with_home(&["pg", "url"])).starts_with("postgres://postgres@127.0.0.1:"));
+    assert!(ok(&with_home(&["pg", "status"])).contains("running"));
+    let id = ok(&with_home(&["enqueue", "--kind", "noop", "{}"]));
+    assert_eq!(id.trim(), "1");
+    assert!(with_home(&["work", "--drain"]).status.success());
+    assert!(ok(&with_home(&["pg", "stop"])).contains("stopped"));
+    assert!(ok(&with_home(&["pg", "status"])).contains("stopped"));
     std::fs::remove_dir_all(&home).unwrap();
 }

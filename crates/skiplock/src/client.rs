@@ -225,6 +225,15 @@ impl Client {
         migrate::migrate(client, &self.inner.schema).await
     }
 
+    /// Drops the schema and everything in it: jobs, archive, migrations record. For scratch
+    /// schemas (the lab, the demo, tests); there is no undo.
+    pub async fn drop_schema(&self) -> Result<()> {
+        let conn = self.conn("drop the schema").await?;
+        conn.batch_execute(&self.inner.sql.schema_drop)
+            .await
+            .map_err(Error::db("drop the schema"))
+    }
+
     // ---- Enqueue -------------------------------------------------------------------------
 
     /// Enqueues one job in its own transaction. Returns its id.

@@ -71,7 +71,7 @@ pub use job::{
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
-pub use worker::{RunStats, Worker, WorkerBuilder, WorkerConfig};
+pub use worker::{RunStats, StatsHandle, Worker, WorkerBuilder, WorkerConfig};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.
 pub mod reexports {

@@ -93,6 +93,7 @@ templates! {
     schema_bootstrap => "schema_bootstrap.sql",
     schema_version => "schema_version.sql",
     schema_record => "schema_record.sql",
+    schema_drop => "schema_drop.sql",
 }
 
 impl Sql {

@@ -111,6 +111,23 @@ pub struct RunStats {
     pub reaped: u64,
 }
 
+/// A live view of a worker's counts (see [`Worker::stats_handle`]).
+#[derive(Clone)]
+pub struct StatsHandle(Arc<Counters>);
+
+impl StatsHandle {
+    /// The counts so far.
+    pub fn snapshot(&self) -> RunStats {
+        self.0.snapshot()
+    }
+}
+
+impl std::fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Counters {
     claimed: AtomicU64,
@@ -175,7 +192,7 @@ pub(crate) struct Shared {
     pub stop_services: CancellationToken,
     /// Set by claims and notifications; the reaper, with polling off, runs only after some.
     pub activity: AtomicBool,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
     pub lease_us: i64,
 }
 
@@ -329,6 +346,7 @@ impl WorkerBuilder {
             }
         };
         Ok(Worker {
+            counters: Arc::default(),
             client: self.client,
             registry: self.registry,
             cfg,
@@ -356,6 +374,7 @@ impl WorkerBuilder {
 /// # Ok(()) }
 /// ```
 pub struct Worker {
+    counters: Arc<Counters>,
     client: Client,
     registry: Registry,
     cfg: WorkerConfig,
@@ -400,6 +419,12 @@ impl Worker {
         }
     }
 
+    /// A live view of this worker's counts, readable while it runs (for metrics) and after
+    /// it stopped, even abruptly.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.counters.clone())
+    }
+
     /// Serves the queues until `shutdown` resolves, then shuts down gracefully: stops
     /// claiming, lets running jobs finish for up to [`WorkerConfig::shutdown_timeout`], then
     /// cancels the rest and puts them back in the queue at once (without spending an
@@ -435,7 +460,7 @@ impl Worker {
             hard_stop: CancellationToken::new(),
             stop_services: CancellationToken::new(),
             activity: AtomicBool::new(false),
-            counters: Counters::default(),
+            counters: self.counters,
             lease_us: self.lease_us,
             cfg: self.cfg,
         });

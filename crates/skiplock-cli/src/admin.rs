@@ -1,0 +1,198 @@
+//! `reap`, `prune`, `retry`, `cancel`, `delete`, `show`.
+
+use std::time::Duration;
+
+use skiplock::{JobId, JobState, PruneOptions};
+
+use crate::util::{parse_duration, print_json, schema_hint, time, usage, Target};
+
+#[derive(Debug, clap::Args)]
+pub struct JsonArgs {
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PruneArgs {
+    /// Remove jobs that finished longer ago than this.
+    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    older_than: Duration,
+    /// Remove failed jobs too, not only done ones.
+    #[arg(long)]
+    include_failed: bool,
+    /// Move them to jobs_archive instead of deleting them.
+    #[arg(long)]
+    archive: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IdsArgs {
+    /// Job ids.
+    #[arg(required = true, num_args = 1.., allow_negative_numbers = true)]
+    ids: Vec<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// Job id.
+    #[arg(allow_negative_numbers = true)]
+    id: String,
+    /// Print the job as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    Retry,
+    Cancel,
+    Delete,
+}
+
+pub async fn reap(target: &Target, args: JsonArgs) -> anyhow::Result<()> {
+    let client = target.client(1).await?;
+    let reaped = client
+        .reap()
+        .await
+        .map_err(|e| schema_hint(e, &target.schema))?;
+    let requeued = reaped
+        .iter()
+        .filter(|r| r.state == JobState::Queued)
+        .count();
+    let failed = reaped.len() - requeued;
+    if args.json {
+        let ids: Vec<i64> = reaped.iter().map(|r| r.id.0).collect();
+        print_json(
+            &serde_json::json!({ "reaped": reaped.len(), "requeued": requeued, "failed": failed, "ids": ids }),
+        );
+    } else {
+        println!("reaped {} job(s) with expired leases: {requeued} back to the queue, {failed} failed (no attempts left)", reaped.len());
+    }
+    Ok(())
+}
+
+pub async fn prune(target: &Target, args: PruneArgs) -> anyhow::Result<()> {
+    let client = target.client(1).await?;
+    let r = client
+        .prune(
+            PruneOptions::older_than(args.older_than)
+                .include_failed(args.include_failed)
+                .archive(args.archive),
+        )
+        .await
+        .map_err(|e| schema_hint(e, &target.schema))?;
+    if args.json {
+        print_json(&serde_json::json!({
+            "removed": r.removed, "batches": r.batches, "archived": r.archived, "skipped": r.skipped
+        }));
+    } else if r.skipped {
+        println!("another process is pruning this schema; nothing done");
+    } else {
+        let verb = if r.archived { "archived" } else { "deleted" };
+        println!(
+            "{verb} {} finished job(s) in {} batch(es)",
+            r.removed, r.batches
+        );
+    }
+    Ok(())
+}
+
+fn parse_ids(raw: &[String]) -> anyhow::Result<Vec<JobId>> {
+    raw.iter()
+        .map(|s| {
+            s.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(JobId)
+                .ok_or_else(|| usage(format!("{s:?} is not a job id (a positive whole number)")))
+        })
+        .collect()
+}
+
+pub async fn ids(target: &Target, action: Action, args: IdsArgs) -> anyhow::Result<()> {
+    let ids = parse_ids(&args.ids)?;
+    let client = target.client(1).await?;
+    let r = match action {
+        Action::Retry => client.retry(&ids).await,
+        Action::Cancel => client.cancel(&ids).await,
+        Action::Delete => client.delete(&ids).await,
+    }
+    .map_err(|e| schema_hint(e, &target.schema))?;
+    let (verb, why) = match action {
+        Action::Retry => ("retried", "running jobs are left alone"),
+        Action::Cancel => ("cancelled", "only queued or running jobs can be cancelled"),
+        Action::Delete => (
+            "deleted",
+            "running jobs cannot be deleted; cancel them first",
+        ),
+    };
+    if args.json {
+        let unchanged: Vec<serde_json::Value> = r
+            .unchanged
+            .iter()
+            .map(|(id, s)| serde_json::json!({ "id": id.0, "status": s.map(|s| s.as_str()) }))
+            .collect();
+        let changed: Vec<i64> = r.changed.iter().map(|i| i.0).collect();
+        print_json(&serde_json::json!({ verb: changed, "unchanged": unchanged }));
+    } else {
+        for id in &r.changed {
+            println!("{id}: {verb}");
+        }
+        for (id, state) in &r.unchanged {
+            match state {
+                Some(s) => println!("{id}: unchanged ({s}; {why})"),
+                None => println!("{id}: no such job"),
+            }
+        }
+    }
+    if r.changed.is_empty() {
+        return Err(anyhow::anyhow!("no job was {verb}"));
+    }
+    Ok(())
+}
+
+pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
+    let id = parse_ids(std::slice::from_ref(&args.id))?[0];
+    let client = target.client(1).await?;
+    let Some(j) = client
+        .get(id)
+        .await
+        .map_err(|e| schema_hint(e, &target.schema))?
+    else {
+        return Err(anyhow::anyhow!("no job {id} in schema {}", target.schema));
+    };
+    let payload: serde_json::Value =
+        serde_json::from_str(&j.payload).unwrap_or(serde_json::Value::String(j.payload.clone()));
+    if args.json {
+        print_json(&serde_json::json!({
+            "id": j.id.0, "queue": j.queue, "kind": j.kind, "status": j.state.as_str(),
+            "priority": j.priority, "attempts": j.attempts, "max_attempts": j.max_attempts,
+            "run_at": time(Some(j.run_at)), "created_at": time(Some(j.created_at)),
+            "locked_until": j.locked_until.map(|t| time(Some(t))),
+            "finished_at": j.finished_at.map(|t| time(Some(t))),
+            "last_error": j.last_error, "payload": payload,
+        }));
+    } else {
+        println!("id           {}", j.id);
+        println!("queue        {}", j.queue);
+        println!("kind         {}", j.kind);
+        println!("status       {}", j.state);
+        println!("priority     {}", j.priority);
+        println!("attempts     {} of {}", j.attempts, j.max_attempts);
+        println!("run_at       {}", time(Some(j.run_at)));
+        println!("created_at   {}", time(Some(j.created_at)));
+        println!("locked_until {}", time(j.locked_until));
+        println!("finished_at  {}", time(j.finished_at));
+        println!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
+        println!("payload      {payload}");
+    }
+    Ok(())
+}

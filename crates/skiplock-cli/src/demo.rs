@@ -1,0 +1,323 @@
+//! `skiplock demo`: the first thing a new user runs. Enqueues 10,000 jobs of mixed
+//! durations (some failing once, a few failing for good) into a scratch schema, runs 8
+//! workers on them, crashes one mid-run so that its jobs are reaped and finished by the
+//! others, and prints what happened.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use skiplock::{
+    Backoff, Client, JobContext, JobError, JobOptions, NewJob, Registry, StatsHandle, Worker,
+};
+
+use crate::util::{print_json, usage, Target};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Jobs to run.
+    #[arg(long, default_value_t = 10_000)]
+    jobs: usize,
+    /// Concurrent workers (each with its own connection pool; one of them is crashed).
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Keep the demo's schema afterwards (to look at it with `stats` or SQL).
+    #[arg(long)]
+    keep: bool,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+const KIND: &str = "demo";
+const LEASE: Duration = Duration::from_secs(2);
+
+/// What the demo's handlers saw.
+#[derive(Default)]
+struct Record {
+    /// Enqueue-to-start latency of each first attempt, by the database's clock (ms).
+    latency_ms: Vec<f64>,
+    /// Successful runs per job.
+    succeeded: HashMap<i64, u32>,
+}
+
+pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
+    if args.jobs == 0 || args.jobs > 1_000_000 {
+        return Err(usage("--jobs must be 1 to 1,000,000"));
+    }
+    if args.workers < 2 || args.workers > 64 {
+        return Err(usage("--workers must be 2 to 64 (one of them is crashed)"));
+    }
+    let url = target.url().await?;
+    let schema = format!("{}_demo_{}", target.schema, std::process::id());
+    let admin = Client::builder(&url)
+        .schema(&schema)
+        .pool_size(2)
+        .application_name("skiplock-demo")
+        .build()
+        .map_err(|_| {
+            usage(format!(
+                "--schema {} is too long for a demo schema name",
+                target.schema
+            ))
+        })?;
+    admin.migrate().await?;
+    let result = demo(&url, &schema, &admin, &args).await;
+    if args.keep {
+        if !args.json {
+            println!("kept schema {schema}: skiplock --schema {schema} stats");
+        }
+    } else {
+        admin.drop_schema().await?;
+    }
+    result
+}
+
+async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::Result<()> {
+    // Mixed durations: most jobs take a few milliseconds, some tens, a few hundreds.
+    // About 5% fail once and succeed when retried; 0.5% fail every attempt.
+    let mut rng = Lcg(0x5eed_5eed);
+    let jobs: Vec<NewJob> = (0..args.jobs)
+        .map(|_| {
+            let roll = rng.below(1000);
+            let ms = match roll {
+                0..=699 => 1 + rng.below(9),
+                700..=949 => 10 + rng.below(40),
+                _ => 100 + rng.below(200),
+            };
+            let fail = match rng.below(1000) {
+                0..=4 => 99,
+                5..=54 => 1,
+                _ => 0,
+            };
+            NewJob::new(KIND, &serde_json::json!({ "ms": ms, "fail": fail })).max_attempts(3)
+        })
+        .collect();
+    let started = Instant::now();
+    for chunk in jobs.chunks(5_000) {
+        admin.enqueue_many(chunk).await?;
+    }
+    let enqueued_in = started.elapsed();
+
+    let record = Arc::new(Mutex::new(Record::default()));
+    let mut workers = Vec::new();
+    let mut handles: Vec<StatsHandle> = Vec::new();
+    for w in 0..args.workers {
+        let client = Client::builder(url)
+            .schema(schema)
+            .pool_size(4)
+            .application_name(format!("skiplock-demo-{w}"))
+            .build()?;
+        let worker = Worker::builder(client, registry(record.clone()))
+            .queue(skiplock::DEFAULT_QUEUE, 8)
+            .lease(LEASE)
+            .heartbeat_interval(LEASE / 3)
+            .reap_interval(Duration::from_millis(500))
+            .poll_interval(Some(Duration::from_millis(250)))
+            .shutdown_timeout(Duration::from_secs(10))
+            .build()?;
+        handles.push(worker.stats_handle());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(worker.run(async {
+            let _ = stopped.await;
+        }));
+        workers.push((stop, task));
+    }
+
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        println!(
+            "skiplock demo: {} jobs enqueued in {:.0} ms into schema {schema}; {} workers running",
+            args.jobs,
+            enqueued_in.as_secs_f64() * 1000.0,
+            args.workers
+        );
+        ProgressBar::new(args.jobs as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos:>6}/{len} finished  {per_sec:>12}  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let crash_at = (args.jobs / 4) as i64;
+    let mut crashed = false;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let finished_at = loop {
+        let h = admin.health(Duration::from_secs(3600)).await?;
+        let finished: i64 = h.queues.iter().map(|q| q.done + q.failed).sum();
+        bar.set_position(u64::try_from(finished).unwrap_or(0));
+        if !crashed && finished >= crash_at {
+            // A crash: the first worker's task is aborted with its jobs in flight.
+            workers[0].1.abort();
+            crashed = true;
+            bar.set_message("worker 0 crashed; its jobs wait for their leases to expire");
+        }
+        if finished >= args.jobs as i64 {
+            break Instant::now();
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the demo did not finish in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    bar.finish_and_clear();
+    let elapsed = finished_at.duration_since(started) - enqueued_in;
+
+    for (i, (stop, task)) in workers.into_iter().enumerate() {
+        if i == 0 {
+            let _ = task.await;
+            continue;
+        }
+        let _ = stop.send(());
+        task.await.context("a worker task failed")??;
+    }
+    let mut total = skiplock::RunStats::default();
+    for h in &handles {
+        let s = h.snapshot();
+        total.done += s.done;
+        total.retried += s.retried;
+        total.failed += s.failed;
+        total.reaped += s.reaped;
+        total.lost += s.lost;
+    }
+    let h = admin.health(Duration::from_secs(3600)).await?;
+    let done: i64 = h.queues.iter().map(|q| q.done).sum();
+    let failed: i64 = h.queues.iter().map(|q| q.failed).sum();
+    let duplicate_completions = i64::try_from(total.done).unwrap_or(i64::MAX) - done;
+    let (p50, p99, reran) = {
+        let r = record.lock().unwrap_or_else(|p| p.into_inner());
+        let mut l = r.latency_ms.clone();
+        l.sort_by(f64::total_cmp);
+        let pct = |p: f64| {
+            if l.is_empty() {
+                0.0
+            } else {
+                l[((l.len() - 1) as f64 * p).round() as usize]
+            }
+        };
+        let reran = r.succeeded.values().filter(|n| **n > 1).count();
+        (pct(0.50), pct(0.99), reran)
+    };
+    let jobs_per_s = args.jobs as f64 / elapsed.as_secs_f64().max(1e-9);
+    if args.json {
+        print_json(&serde_json::json!({
+            "enqueued": args.jobs, "done": done, "failed": failed, "retried": total.retried,
+            "reaped": total.reaped, "duplicate_completions": duplicate_completions,
+            "lost": total.lost, "jobs_per_s": jobs_per_s,
+            "latency_p50_ms": p50, "latency_p99_ms": p99,
+            "workers": args.workers, "crashed_workers": 1, "rerun_after_success": reran,
+            "elapsed_s": elapsed.as_secs_f64(),
+        }));
+    } else {
+        println!(
+            "\nskiplock demo: {} jobs, {} workers, worker 0 crashed a quarter of the way in\n",
+            args.jobs, args.workers
+        );
+        let row = |label: &str, value: String, note: &str| {
+            println!("  {label:<24} {value:>12}   {note}");
+        };
+        row("done", done.to_string(), "");
+        row(
+            "failed",
+            failed.to_string(),
+            "jobs that failed every attempt (3)",
+        );
+        row(
+            "retried",
+            total.retried.to_string(),
+            "failed attempts retried with backoff",
+        );
+        row(
+            "reaped",
+            total.reaped.to_string(),
+            "the crashed worker's jobs, finished by the others",
+        );
+        row(
+            "duplicate completions",
+            duplicate_completions.to_string(),
+            "must be 0",
+        );
+        row(
+            "lost results",
+            total.lost.to_string(),
+            "results refused because a lease was lost",
+        );
+        row(
+            "throughput",
+            format!("{jobs_per_s:.0}/s"),
+            "jobs finished per second, enqueue excluded",
+        );
+        row(
+            "latency p50",
+            format!("{p50:.1} ms"),
+            "enqueue to start, by the database's clock",
+        );
+        row("latency p99", format!("{p99:.1} ms"), "");
+        if reran > 0 {
+            println!("\n  {reran} job(s) ran to success twice: the crash hit them between finishing and recording it (at-least-once execution; handlers must be idempotent)");
+        }
+    }
+    anyhow::ensure!(duplicate_completions == 0, "a job was completed twice");
+    Ok(())
+}
+
+fn registry(record: Arc<Mutex<Record>>) -> Registry {
+    let options = JobOptions {
+        max_attempts: 3,
+        backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(1))
+            .unwrap_or_default(),
+        ..JobOptions::default()
+    };
+    Registry::new().register_handler(KIND, options, move |payload: String, ctx: JobContext| {
+        let record = record.clone();
+        async move {
+            if ctx.attempt == 1 {
+                let ms = ctx
+                    .claimed_at
+                    .duration_since(ctx.created_at)
+                    .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+                record
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .latency_ms
+                    .push(ms);
+            }
+            let p: serde_json::Value = serde_json::from_str(&payload)?;
+            let ms = p.get("ms").and_then(serde_json::Value::as_u64).unwrap_or(1);
+            let fail = p
+                .get("fail")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            if u64::try_from(ctx.attempt).unwrap_or(0) <= fail {
+                return Err(JobError::retry(format!(
+                    "demo failure on attempt {}",
+                    ctx.attempt
+                )));
+            }
+            *record
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .succeeded
+                .entry(ctx.id.0)
+                .or_default() += 1;
+            Ok(())
+        }
+    })
+}
+
+/// A tiny deterministic generator, so that every demo run gets the same mix.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n.max(1)
+    }
+}

@@ -1,0 +1,147 @@
+//! `skiplock enqueue`: one job from the argument, or one job per JSON line of standard
+//! input, enqueued in batches inside one transaction (all or nothing).
+
+use std::io::Read as _;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use skiplock::{Error, NewJob};
+
+use crate::util::{parse_duration, print_json, schema_hint, usage, Target};
+
+/// Jobs per INSERT when reading standard input.
+const BATCH: usize = 5_000;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Queue.
+    #[arg(long, default_value = skiplock::DEFAULT_QUEUE)]
+    queue: String,
+    /// Job kind (which handler runs it).
+    #[arg(long, default_value = "default")]
+    kind: String,
+    /// Priority; lower runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i16,
+    /// Run no earlier than this long from now (e.g. 30s, 5m, 2h).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "run_at", allow_hyphen_values = true)]
+    delay: Option<Duration>,
+    /// Run no earlier than this time (RFC 3339, e.g. 2030-01-01T09:00:00Z).
+    #[arg(long, value_parser = parse_rfc3339)]
+    run_at: Option<SystemTime>,
+    /// Attempts before the job is failed for good (1 to 10,000).
+    #[arg(long, default_value_t = skiplock::DEFAULT_MAX_ATTEMPTS, allow_negative_numbers = true)]
+    max_attempts: i32,
+    /// Print the ids as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The payload (JSON). Without it, each line of standard input is one job's payload.
+    payload: Option<String>,
+}
+
+fn parse_rfc3339(s: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339_weak(s.trim())
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time ({e})"))
+}
+
+impl Args {
+    fn job(&self, payload: String) -> NewJob {
+        let mut job = NewJob::from_json(&self.kind, payload)
+            .queue(&self.queue)
+            .priority(self.priority)
+            .max_attempts(self.max_attempts);
+        if let Some(d) = self.delay {
+            job = job.delay(d);
+        }
+        if let Some(t) = self.run_at {
+            job = job.run_at(t);
+        }
+        job
+    }
+}
+
+pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
+    match args.payload.clone() {
+        Some(payload) => {
+            let job = args.job(payload);
+            let client = target.client(1).await?;
+            let id = client
+                .enqueue(&job)
+                .await
+                .map_err(|e| schema_hint(e, &target.schema))?;
+            if args.json {
+                print_json(&serde_json::json!({ "id": id.0 }));
+            } else {
+                println!("{id}");
+            }
+            Ok(())
+        }
+        None => from_stdin(target, &args).await,
+    }
+}
+
+async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .context("could not read standard input")?;
+    let mut jobs = Vec::new();
+    let mut lines = Vec::new();
+    for (n, raw) in input.split(|b| *b == b'\n').enumerate() {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let line = std::str::from_utf8(raw).map_err(|_| {
+            usage(format!(
+                "line {} of standard input is not valid UTF-8; nothing was enqueued",
+                n + 1
+            ))
+        })?;
+        jobs.push(args.job(line.to_owned()));
+        lines.push(n + 1);
+    }
+    if jobs.is_empty() {
+        return Err(usage(
+            "no payload given and standard input held no JSON lines",
+        ));
+    }
+    let client = target.client(1).await?;
+    let mut conn = client
+        .pool()
+        .get()
+        .await
+        .context("could not get a database connection to enqueue jobs")?;
+    let tx = conn
+        .transaction()
+        .await
+        .context("could not begin a transaction")?;
+    let mut ids = Vec::with_capacity(jobs.len());
+    for (c, chunk) in jobs.chunks(BATCH).enumerate() {
+        match client.enqueue_many_tx(&tx, chunk).await {
+            Ok(got) => ids.extend(got),
+            Err(Error::InvalidBatchItem { index, source }) => {
+                return Err(usage(format!(
+                    "line {}: {source}; nothing was enqueued",
+                    lines[c * BATCH + index]
+                )))
+            }
+            Err(e) => return Err(schema_hint(e, &target.schema)),
+        }
+    }
+    tx.commit()
+        .await
+        .context("could not commit the enqueued jobs")?;
+    if args.json {
+        let ids: Vec<i64> = ids.iter().map(|i| i.0).collect();
+        print_json(&serde_json::json!({ "ids": ids }));
+    } else {
+        let mut out = String::with_capacity(ids.len() * 8);
+        for id in &ids {
+            out.push_str(&id.to_string());
+            out.push('\n');
+        }
+        print!("{out}");
+    }
+    Ok(())
+}

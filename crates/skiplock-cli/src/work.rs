@@ -1,0 +1,259 @@
+//! `skiplock work`: a worker process. With `--exec CMD [ARGS...]` every job runs `CMD` with
+//! the payload on standard input; without it, the built-in kinds `noop`, `sleep` and `fail`
+//! are available (for trying the queue out).
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use skiplock::{BoxFuture, Handler, JobContext, JobError, JobOptions, Registry, RunStats, Worker};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::util::{parse_duration, parse_optional_duration, print_json, usage, Target};
+
+/// The exit status a command uses to ask for a retry (`EX_TEMPFAIL`).
+pub const EXIT_RETRY: i32 = 75;
+
+/// How much of a failed command's standard error is kept in `last_error`.
+const STDERR_TAIL: usize = 2048;
+
+#[derive(Debug, Clone)]
+pub struct QueueArg(String, usize);
+
+fn parse_queue(s: &str) -> Result<QueueArg, String> {
+    let (name, n) = match s.split_once('=') {
+        Some((name, n)) => (
+            name,
+            n.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{n:?} is not a concurrency (a whole number above 0)"))?,
+        ),
+        None => (s, 10),
+    };
+    Ok(QueueArg(name.trim().to_owned(), n))
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Poll(Option<Duration>);
+
+fn parse_poll(s: &str) -> Result<Poll, String> {
+    parse_optional_duration(s).map(Poll)
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A queue to serve, as QUEUE or QUEUE=CONCURRENCY (default concurrency 10). Repeat for
+    /// several queues; default: default=10.
+    #[arg(long = "queue", value_name = "QUEUE[=N]", value_parser = parse_queue)]
+    queues: Vec<QueueArg>,
+    /// Process what is ready, then exit 0 (for a scheduled worker).
+    #[arg(long)]
+    drain: bool,
+    /// Fallback poll interval when no notification arrives, or `off`.
+    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5s")]
+    poll_interval: Poll,
+    /// Lease per claim; renewed by heartbeats every third of it while a job runs.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    lease: Duration,
+    /// On SIGINT/SIGTERM, how long running jobs may finish before they are cancelled and put
+    /// back in the queue.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    shutdown_timeout: Duration,
+    /// Longest one job may run (then it is cancelled and retried), e.g. 10m.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// URL of the LISTEN connection, if it must differ from --database-url (PgBouncer).
+    #[arg(long)]
+    listen_url: Option<String>,
+    /// Print the final counts as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Run every job with this command; it must come last. The payload is on its standard
+    /// input; SKIPLOCK_JOB_ID, SKIPLOCK_ATTEMPT, SKIPLOCK_QUEUE and SKIPLOCK_KIND are set.
+    /// Exit 0: done. Exit 75: retry. Any other exit or a signal: retry, with the end of its
+    /// standard error as last_error, until max_attempts.
+    #[arg(long, value_name = "CMD [ARGS...]", num_args = 1.., allow_hyphen_values = true)]
+    exec: Option<Vec<String>>,
+}
+
+pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
+    let options = JobOptions {
+        timeout: args.timeout,
+        ..JobOptions::default()
+    };
+    let registry = match &args.exec {
+        Some(cmd) => {
+            let (program, rest) = cmd
+                .split_first()
+                .ok_or_else(|| usage("--exec needs a command"))?;
+            Registry::new().fallback(options, Exec(Arc::new((program.clone(), rest.to_vec()))))
+        }
+        None => builtin(options),
+    };
+    let queues = if args.queues.is_empty() {
+        vec![QueueArg(skiplock::DEFAULT_QUEUE.to_owned(), 10)]
+    } else {
+        args.queues.clone()
+    };
+    let concurrency: usize = queues.iter().map(|q| q.1).sum();
+    let client = target.client(concurrency.clamp(4, 32)).await?;
+    let mut builder = Worker::builder(client, registry)
+        .lease(args.lease)
+        .heartbeat_interval(args.lease / 3)
+        .poll_interval(args.poll_interval.0)
+        .shutdown_timeout(args.shutdown_timeout);
+    for q in &queues {
+        builder = builder.queue(&q.0, q.1);
+    }
+    if let Some(url) = &args.listen_url {
+        builder = builder.listen_url(url);
+    }
+    let worker = builder.build()?;
+    let stats = if args.drain {
+        worker.run_until_idle().await?
+    } else {
+        let shutdown = shutdown_signal().context("could not install the signal handlers")?;
+        worker.run(shutdown).await?
+    };
+    report(&stats, args.json);
+    Ok(())
+}
+
+fn report(s: &RunStats, json: bool) {
+    if json {
+        print_json(&serde_json::json!({
+            "claimed": s.claimed, "done": s.done, "retried": s.retried, "failed": s.failed,
+            "requeued": s.requeued, "lost": s.lost, "reaped": s.reaped,
+        }));
+    } else {
+        eprintln!(
+            "worker stopped: {} claimed, {} done, {} retried, {} failed, {} put back, {} lost, {} reaped",
+            s.claimed, s.done, s.retried, s.failed, s.requeued, s.lost, s.reaped
+        );
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+}
+
+/// The built-in kinds, for trying the queue out without writing a handler.
+fn builtin(options: JobOptions) -> Registry {
+    Registry::new()
+        .register_handler("noop", options, |_p: String, _c: JobContext| async {
+            Ok::<(), JobError>(())
+        })
+        .register_handler("sleep", options, |p: String, _c: JobContext| async move {
+            // {"ms": N}
+            let ms = field(&p, "ms")?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(())
+        })
+        .register_handler("fail", options, |p: String, c: JobContext| async move {
+            // {"times": N}: fail the first N attempts.
+            let times = field(&p, "times")?;
+            if u64::try_from(c.attempt).unwrap_or(0) <= times {
+                return Err(JobError::retry(format!(
+                    "failing on purpose (attempt {} of the first {times})",
+                    c.attempt
+                )));
+            }
+            Ok(())
+        })
+}
+
+fn field(payload: &str, name: &str) -> Result<u64, JobError> {
+    let v: serde_json::Value = serde_json::from_str(payload)
+        .map_err(|e| JobError::permanent(format!("payload is not JSON: {e}")))?;
+    v.get(name)
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| JobError::permanent(format!("payload needs {{\"{name}\": <number>}}")))
+}
+
+/// Runs each job with an external command.
+#[derive(Clone)]
+struct Exec(Arc<(String, Vec<String>)>);
+
+impl Handler for Exec {
+    fn call(&self, payload: String, ctx: JobContext) -> BoxFuture<Result<(), JobError>> {
+        let cmd = self.0.clone();
+        Box::pin(async move { exec(&cmd.0, &cmd.1, payload, ctx).await })
+    }
+}
+
+async fn exec(
+    program: &str,
+    args: &[String],
+    payload: String,
+    ctx: JobContext,
+) -> Result<(), JobError> {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("SKIPLOCK_JOB_ID", ctx.id.to_string())
+        .env("SKIPLOCK_ATTEMPT", ctx.attempt.to_string())
+        .env("SKIPLOCK_MAX_ATTEMPTS", ctx.max_attempts.to_string())
+        .env("SKIPLOCK_QUEUE", &ctx.queue)
+        .env("SKIPLOCK_KIND", &ctx.kind)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped())
+        // Its own process group: a Ctrl-C at the terminal reaches the worker, which shuts
+        // down gracefully, not the running jobs.
+        .process_group(0)
+        // Cancelled (timeout, shutdown deadline): the child is killed.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| JobError::retry(format!("could not start {program}: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::spawn(async move {
+            // A command that does not read its input closes the pipe: not an error.
+            let _ = stdin.write_all(payload.as_bytes()).await;
+        });
+    }
+    let mut stderr = child.stderr.take();
+    let read_tail = async move {
+        let mut buf = Vec::new();
+        if let Some(s) = stderr.as_mut() {
+            let _ = s.read_to_end(&mut buf).await;
+        }
+        let start = buf.len().saturating_sub(STDERR_TAIL);
+        String::from_utf8_lossy(&buf[start..]).trim().to_owned()
+    };
+    let status = tokio::select! {
+        r = async { tokio::join!(child.wait(), read_tail) } => r,
+        () = ctx.cancelled() => {
+            let _ = child.kill().await;
+            return Err(JobError::retry("cancelled: the job is no longer this worker's"));
+        }
+    };
+    let (status, tail) = status;
+    let status =
+        status.map_err(|e| JobError::retry(format!("waiting for {program} failed: {e}")))?;
+    let tail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {tail}")
+    };
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(()),
+        (Some(EXIT_RETRY), _) => Err(JobError::retry(format!(
+            "exit {EXIT_RETRY} (retry requested){tail}"
+        ))),
+        (Some(code), _) => Err(JobError::retry(format!("exit {code}{tail}"))),
+        (None, Some(sig)) => Err(JobError::retry(format!("killed by signal {sig}{tail}"))),
+        (None, None) => Err(JobError::retry(format!("ended abnormally{tail}"))),
+    }
+}
