@@ -64,6 +64,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             ))
         })?;
     admin.migrate().await?;
+    skiplock::lab::install_completion_audit(&admin).await?;
     let result = demo(&url, &schema, &admin, &args).await;
     if args.keep {
         if !args.json {
@@ -186,7 +187,9 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
     let h = admin.health(Duration::from_secs(3600)).await?;
     let done: i64 = h.queues.iter().map(|q| q.done).sum();
     let failed: i64 = h.queues.iter().map(|q| q.failed).sum();
-    let duplicate_completions = i64::try_from(total.done).unwrap_or(i64::MAX) - done;
+    // Counted by a trigger on the table, not by the workers (whose counts die with a crash).
+    let (completions, completed_jobs) = skiplock::lab::completion_audit(admin).await?;
+    let duplicate_completions = completions - completed_jobs;
     let (p50, p99, reran) = {
         let r = record.lock().unwrap_or_else(|p| p.into_inner());
         let mut l = r.latency_ms.clone();

@@ -248,6 +248,31 @@ async fn claimer(
     Ok(out)
 }
 
+/// Installs a trigger on `client`'s jobs table that records every transition into `done`
+/// (for demos and tests: it costs an insert per completion). See [`completion_audit`].
+pub async fn install_completion_audit(client: &Client) -> Result<()> {
+    const OP: &str = "install the completion audit";
+    let conn = client.conn(OP).await?;
+    conn.batch_execute(&client.sql().lab_audit_install)
+        .await
+        .map_err(Error::db(OP))
+}
+
+/// `(completions, distinct jobs)` recorded since [`install_completion_audit`]: their
+/// difference is the number of duplicate completions.
+pub async fn completion_audit(client: &Client) -> Result<(i64, i64)> {
+    const OP: &str = "read the completion audit";
+    let conn = client.conn(OP).await?;
+    let row = conn
+        .query_one(&client.sql().lab_audit_count, &[])
+        .await
+        .map_err(Error::db(OP))?;
+    Ok((
+        row.try_get(0).map_err(Error::db(OP))?,
+        row.try_get(1).map_err(Error::db(OP))?,
+    ))
+}
+
 /// The second experiment's figures: how long a second claimer waits behind the first one's
 /// open transaction, with `FOR UPDATE` alone and with `SKIP LOCKED`.
 #[derive(Debug, Clone)]

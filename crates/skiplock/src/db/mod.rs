@@ -89,6 +89,8 @@ templates! {
     lab_claim_for_update => "lab_claim_for_update.sql",
     lab_status => "lab_status.sql",
     lab_claim_skip_locked_done => "lab_claim_skip_locked_done.sql",
+    lab_audit_install => "lab_audit_install.sql",
+    lab_audit_count => "lab_audit_count.sql",
     schema_lock => "schema_lock.sql",
     schema_bootstrap => "schema_bootstrap.sql",
     schema_version => "schema_version.sql",
