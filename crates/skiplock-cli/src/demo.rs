@@ -258,7 +258,11 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
             format!("{p50:.1} ms"),
             "enqueue to start, by the database's clock",
         );
-        row("latency p99", format!("{p99:.1} ms"), "");
+        row(
+            "latency p99",
+            format!("{p99:.1} ms"),
+            "(all jobs were enqueued at once: mostly waiting behind the backlog)",
+        );
         if reran > 0 {
             println!("\n  {reran} job(s) ran to success twice: the crash hit them between finishing and recording it (at-least-once execution; handlers must be idempotent)");
         }
