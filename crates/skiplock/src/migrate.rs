@@ -33,6 +33,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "archive_and_locks",
         sql: include_str!("../migrations/0002_archive_and_locks.sql"),
     },
+    Migration {
+        version: 3,
+        name: "enqueue_function",
+        sql: include_str!("../migrations/0003_enqueue_function.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -3,7 +3,6 @@
 //! handler is told (its context is cancelled) and its result will be dropped. Sends nothing
 //! while no job runs.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Shared;
@@ -29,7 +28,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         if held.is_empty() {
             continue;
         }
-        shared.activity.store(true, Ordering::Relaxed);
+        shared.note_activity();
         match extend(&shared, &held).await {
             Ok(renewed) => {
                 if renewed.len() == held.len() {

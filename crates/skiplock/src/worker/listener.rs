@@ -3,7 +3,6 @@
 //! hint: on connection loss it reconnects with capped, jittered backoff, and after every
 //! (re)connect it wakes every queue, since notifications sent meanwhile are lost.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,11 +15,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         return;
     };
     let mut failures = 0u32;
-    let mut connected_before = false;
     loop {
         let outcome = tokio::select! {
             () = shared.stop_services.cancelled() => return,
-            r = listen_once(&shared, &config, &mut failures, connected_before) => r,
+            r = listen_once(&shared, &config, &mut failures) => r,
         };
         match outcome {
             Ok(()) => tracing::warn!("LISTEN connection closed; reconnecting"),
@@ -28,7 +26,6 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 tracing::warn!(error = %super::producer::error_chain(&e), "LISTEN connection failed; reconnecting")
             }
         }
-        connected_before = true;
         failures += 1;
         let wait = backoff(failures, Duration::from_secs(5));
         tokio::select! {
@@ -42,7 +39,6 @@ async fn listen_once(
     shared: &Shared,
     config: &tokio_postgres::Config,
     failures: &mut u32,
-    reconnect: bool,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut conn) = config.connect(tokio_postgres::NoTls).await?;
     let channel = shared.client.schema().channel_quoted();
@@ -62,16 +58,15 @@ async fn listen_once(
     }
     *failures = 0;
     tracing::debug!(%channel, "listening");
-    if reconnect {
-        // Anything enqueued while we were away sent its notification to nobody.
-        for q in shared.queues.values() {
-            q.wake.notify_one();
-        }
+    // Anything enqueued before this LISTEN took effect (while we were away, or between the
+    // producers' first claim and now) sent its notification to nobody: look once.
+    for q in shared.queues.values() {
+        q.wake.notify_one();
     }
     loop {
         match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
             Some(Ok(AsyncMessage::Notification(n))) => {
-                shared.activity.store(true, Ordering::Relaxed);
+                shared.note_activity();
                 if let Some(q) = shared.queues.get(n.payload()) {
                     q.wake.notify_one();
                 }

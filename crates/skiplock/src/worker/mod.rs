@@ -4,18 +4,21 @@
 //!
 //! One module per lifecycle step: [`producer`] (wait, claim, dispatch), [`executor`] (run one
 //! job), [`completer`] (batched outcome writes), [`heartbeat`] (batched lease renewal),
-//! [`listener`] (the LISTEN connection) and [`reaper`] (expired leases).
+//! [`listener`] (the LISTEN connection), [`reaper`] (expired leases), [`pruner`] (finished
+//! jobs) and [`idle`] (closing idle pool connections).
 
 mod completer;
 mod executor;
 mod heartbeat;
+mod idle;
 mod listener;
 mod producer;
+mod pruner;
 mod reaper;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -29,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::handler::Registry;
 use crate::input;
 use crate::job::JobId;
+use crate::maintenance::PruneOptions;
 
 /// Worker settings, all with defaults; see each field.
 #[derive(Debug, Clone)]
@@ -60,6 +64,14 @@ pub struct WorkerConfig {
     pub max_finish_batch: usize,
     /// Whether to LISTEN for wake-ups (default true).
     pub listen: bool,
+    /// Pruning of finished jobs by the worker (default: `done` jobs older than 7 days,
+    /// deleted); `None` turns it off. One process prunes at a time.
+    pub prune: Option<PruneOptions>,
+    /// How often the worker prunes (default 1 hour). With the poll off, only after real work.
+    pub prune_interval: Duration,
+    /// Pool connections unused for this long are closed (default 5 minutes), so that an idle
+    /// worker keeps only its LISTEN connection. `None` keeps them. Sends no statement.
+    pub idle_connection_timeout: Option<Duration>,
 }
 
 impl WorkerConfig {
@@ -73,6 +85,10 @@ impl WorkerConfig {
     pub const DEFAULT_REAP_INTERVAL: Duration = Duration::from_secs(30);
     /// The default shutdown timeout.
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The default prune interval.
+    pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+    /// The default idle connection timeout.
+    pub const DEFAULT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(300);
 }
 
 impl Default for WorkerConfig {
@@ -86,6 +102,9 @@ impl Default for WorkerConfig {
             max_claim_batch: 100,
             max_finish_batch: 1_000,
             listen: true,
+            prune: Some(PruneOptions::default()),
+            prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
+            idle_connection_timeout: Some(Self::DEFAULT_IDLE_CONNECTION_TIMEOUT),
         }
     }
 }
@@ -190,13 +209,31 @@ pub(crate) struct Shared {
     pub hard_stop: CancellationToken,
     /// Stop the background services (after the completer has flushed).
     pub stop_services: CancellationToken,
-    /// Set by claims and notifications; the reaper, with polling off, runs only after some.
-    pub activity: AtomicBool,
+    /// Counts claims, notifications and heartbeats; with polling off, the maintenance
+    /// services run only when it moved since their last round.
+    pub activity: AtomicU64,
     pub counters: Arc<Counters>,
     pub lease_us: i64,
 }
 
 impl Shared {
+    pub(crate) fn note_activity(&self) {
+        self.activity.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed)
+    }
+
+    /// For a maintenance service: whether to run this round. Always with the poll on; with it
+    /// off, only if there was real work since `seen` (which it updates) or a job is running.
+    pub(crate) fn worked_since(&self, seen: &mut u64) -> bool {
+        let now = self.activity();
+        let worked = now != *seen || !self.running().is_empty();
+        *seen = now;
+        self.cfg.poll_interval.is_some() || worked
+    }
+
     pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
         // A panic while holding this lock cannot leave the map inconsistent (single inserts
         // and removes), so a poisoned lock is still usable.
@@ -257,6 +294,24 @@ impl WorkerBuilder {
         self
     }
 
+    /// See [`WorkerConfig::prune`]; `None` turns the worker's pruning off.
+    pub fn prune(mut self, prune: Option<PruneOptions>) -> Self {
+        self.cfg.prune = prune;
+        self
+    }
+
+    /// See [`WorkerConfig::prune_interval`].
+    pub fn prune_interval(mut self, every: Duration) -> Self {
+        self.cfg.prune_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::idle_connection_timeout`]; `None` keeps idle connections open.
+    pub fn idle_connection_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.cfg.idle_connection_timeout = timeout;
+        self
+    }
+
     /// See [`WorkerConfig::listen`].
     pub fn listen(mut self, listen: bool) -> Self {
         self.cfg.listen = listen;
@@ -313,10 +368,14 @@ impl WorkerBuilder {
                 ),
             ));
         }
-        if cfg.poll_interval == Some(Duration::ZERO) || cfg.reap_interval.is_zero() {
+        if cfg.poll_interval == Some(Duration::ZERO)
+            || cfg.reap_interval.is_zero()
+            || cfg.prune_interval.is_zero()
+            || cfg.idle_connection_timeout == Some(Duration::ZERO)
+        {
             return Err(Error::invalid(
                 "worker",
-                "poll and reap intervals must be above zero (use None to turn the poll off)",
+                "intervals and timeouts must be above zero (use None to turn one off)",
             ));
         }
         if cfg.max_claim_batch == 0 || cfg.max_finish_batch == 0 {
@@ -459,7 +518,7 @@ impl Worker {
             stop_claiming: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
             stop_services: CancellationToken::new(),
-            activity: AtomicBool::new(false),
+            activity: AtomicU64::new(0),
             counters: self.counters,
             lease_us: self.lease_us,
             cfg: self.cfg,
@@ -477,6 +536,8 @@ impl Worker {
         services.spawn(heartbeat::run(shared.clone()));
         if mode == Mode::Serve {
             services.spawn(reaper::run(shared.clone()));
+            services.spawn(pruner::run(shared.clone()));
+            services.spawn(idle::run(shared.clone()));
             if shared.listen_config.is_some() {
                 services.spawn(listener::run(shared.clone()));
             }

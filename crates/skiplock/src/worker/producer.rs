@@ -2,7 +2,6 @@
 //! more may be ready, the fallback poll, a known due time), claim as many jobs as the queue
 //! has free slots in one short statement, and hand each to the executor.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,7 +132,7 @@ async fn claim(
     if n == 0 {
         return Ok(0);
     }
-    shared.activity.store(true, Ordering::Relaxed);
+    shared.note_activity();
     Counters::add(&shared.counters.claimed, u64::from(n));
     tracing::debug!(queue = %slot.name, claimed = n, "claimed jobs");
     for job in claimed {

@@ -2,7 +2,6 @@
 //! time across all processes (a transaction-scoped advisory lock; the others skip the round).
 //! With the fallback poll off, it runs only when there was real work since its last round.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{Counters, Shared};
@@ -13,13 +12,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(shared.cfg.reap_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
+    let mut seen = shared.activity();
     loop {
         tokio::select! {
             () = shared.stop_services.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let worked = shared.activity.swap(false, Ordering::Relaxed);
-        if shared.cfg.poll_interval.is_none() && !worked && shared.running().is_empty() {
+        if !shared.worked_since(&mut seen) {
             // Idle with polling off: send nothing, so a scale-to-zero database can sleep.
             continue;
         }

@@ -243,3 +243,81 @@ async fn vacuum_cannot_remove_rows_while_a_claim_stays_open() {
     assert_eq!(r.dead_not_removable_after_commit, 0, "{r:?}");
     assert!(r.removed_after_commit >= 2_000, "{r:?}");
 }
+
+/// `<schema>.enqueue(...)` from SQL: enqueues with the library's checks and fires the
+/// notification; bad input is refused with SQLSTATE 22023 and a clear message.
+#[tokio::test]
+async fn the_sql_enqueue_function() {
+    let b = setup().await;
+    let mut l = crate::support::listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    let id: i64 = b
+        .raw
+        .query_one(
+            "SELECT enqueue('mail', '{\"user_id\": 42}', kind => 'welcome', priority => 2::smallint,
+                            max_attempts => 7, delay => interval '10 seconds')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(l.next().await.payload(), "mail");
+    let row = b.client.get(JobId(id)).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            row.queue.as_str(),
+            row.kind.as_str(),
+            row.priority,
+            row.max_attempts
+        ),
+        ("mail", "welcome", 2, 7)
+    );
+    assert!(row.run_at > std::time::SystemTime::now() + Duration::from_secs(5));
+    let plain: i64 = b
+        .raw
+        .query_one("SELECT enqueue('default', '[1, 2]')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        b.client.get(JobId(plain)).await.unwrap().unwrap().kind,
+        "default"
+    );
+
+    for (call, needle) in [
+        ("enqueue('bad queue', '{}')", "invalid queue name"),
+        (
+            "enqueue('q''; DROP TABLE jobs;--', '{}')",
+            "invalid queue name",
+        ),
+        ("enqueue(NULL, '{}')", "invalid queue name"),
+        ("enqueue('q', '{}', kind => '')", "invalid job kind"),
+        ("enqueue('q', NULL)", "invalid payload"),
+        (
+            "enqueue('q', jsonb_build_object('x', repeat('x', 1100000)))",
+            "the limit is 1048576",
+        ),
+        (
+            "enqueue('q', '{}', max_attempts => 0)",
+            "invalid max_attempts",
+        ),
+        (
+            "enqueue('q', '{}', delay => interval '-1 second')",
+            "invalid delay",
+        ),
+        ("enqueue('q', '{}', run_at => 'infinity')", "finite"),
+        (
+            "enqueue('q', '{}', delay => interval '1s', run_at => now())",
+            "not both",
+        ),
+    ] {
+        let err = b
+            .raw
+            .query_one(&format!("SELECT {call}"), &[])
+            .await
+            .unwrap_err();
+        let db = err.as_db_error().expect("a database error");
+        assert_eq!(db.code().code(), "22023", "{call}: {db:?}");
+        assert!(db.message().contains(needle), "{call}: {}", db.message());
+    }
+    assert_eq!(b.count("true").await, 2, "nothing else was inserted");
+}

@@ -14,6 +14,12 @@ pub struct Bundle {
 }
 
 pub async fn setup() -> Bundle {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let db = TestDb::new().await;
     let client = Client::builder(db.url())
         .schema(db.schema())

@@ -671,3 +671,89 @@ fn bad_worker_settings_are_refused() {
     let bad_kind = Registry::new().register_handler("bad kind", JobOptions::default(), noop());
     assert!(build(Worker::builder(client.clone(), bad_kind).queue("q", 1)).contains("job kind"));
 }
+
+/// Scale to zero: with the poll off, an idle worker sends no statement at all and keeps only
+/// its LISTEN connection (seen from the server: the connections' `state_change` does not
+/// move for 10 s), then starts a job within a second of an enqueue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_with_polling_off_sends_nothing() {
+    let b = setup().await;
+    let app = format!("idle-{}", b.db.schema());
+    let started = Arc::new(Mutex::new(Vec::<std::time::Instant>::new()));
+    let registry = {
+        let started = started.clone();
+        Registry::new().register_handler("k", JobOptions::default(), move |_p, _c| {
+            let started = started.clone();
+            async move {
+                started.lock().unwrap().push(std::time::Instant::now());
+                Ok::<(), JobError>(())
+            }
+        })
+    };
+    let worker = Worker::builder(client(&b, &app), registry)
+        .queue("default", 2)
+        .poll_interval(None)
+        .reap_interval(Duration::from_millis(300))
+        .idle_connection_timeout(Some(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    // Some real work first, so that the pool has connections and maintenance has run.
+    b.client.enqueue(&NewJob::new("k", &0)).await.unwrap();
+    eventually(Duration::from_secs(10), "the first job", || async {
+        b.count("status = 'done'").await == 1
+    })
+    .await;
+    let listen_query = format!("LISTEN {}", b.client.schema().channel_quoted());
+    let snapshot = || async {
+        let rows = b
+            .raw
+            .query(
+                "SELECT pid, application_name, state_change::text FROM pg_stat_activity
+                 WHERE application_name = $1
+                    OR (application_name = 'skiplock-listener' AND query = $2)
+                 ORDER BY pid",
+                &[&app, &listen_query],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| {
+                (
+                    r.get::<_, i32>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, String>(2),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // Idle pool connections close; only the LISTEN connection stays.
+    eventually(
+        Duration::from_secs(10),
+        "only the LISTEN connection left",
+        || async {
+            let s = snapshot().await;
+            s.len() == 1 && s[0].1 == "skiplock-listener"
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = snapshot().await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = snapshot().await;
+    assert_eq!(before, after, "a statement was sent while idle");
+
+    let enqueued = std::time::Instant::now();
+    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    eventually(Duration::from_secs(5), "the second job", || async {
+        started.lock().unwrap().len() == 2
+    })
+    .await;
+    let took = started.lock().unwrap()[1].duration_since(enqueued);
+    assert!(
+        took < Duration::from_secs(1),
+        "started {took:?} after the enqueue"
+    );
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+}
