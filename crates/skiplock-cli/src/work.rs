@@ -66,6 +66,13 @@ pub struct Args {
     /// Longest one job may run (then it is cancelled and retried), e.g. 10m.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
+    /// Prune done jobs older than this while working (hourly, one process at a time), or
+    /// `off`.
+    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "7d")]
+    prune_older_than: Poll,
+    /// Close pool connections unused for this long, or `off` (the LISTEN connection stays).
+    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5m")]
+    idle_timeout: Poll,
     /// URL of the LISTEN connection, if it must differ from --database-url (PgBouncer).
     #[arg(long)]
     listen_url: Option<String>,
@@ -105,7 +112,13 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)
         .poll_interval(args.poll_interval.0)
-        .shutdown_timeout(args.shutdown_timeout);
+        .shutdown_timeout(args.shutdown_timeout)
+        .prune(
+            args.prune_older_than
+                .0
+                .map(skiplock::PruneOptions::older_than),
+        )
+        .idle_connection_timeout(args.idle_timeout.0);
     for q in &queues {
         builder = builder.queue(&q.0, q.1);
     }

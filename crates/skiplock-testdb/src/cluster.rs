@@ -284,7 +284,7 @@ fn check(what: &str, out: Output) -> Result<(), Error> {
     )))
 }
 
-fn free_port() -> Result<u16, Error> {
+pub(crate) fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(|e| Error::io("find a free port on", Path::new("127.0.0.1"), e))?;
     l.local_addr()

@@ -21,10 +21,12 @@
 #![warn(missing_docs)]
 
 mod bindir;
+mod bouncer;
 mod cluster;
 mod testdb;
 
 pub use bindir::{find_pg_bin, PG_BIN_ENV};
+pub use bouncer::{PgBouncer, REQUIRE_PGBOUNCER_ENV};
 pub use cluster::{LocalCluster, StartOptions, SERVER_USER, SUPERUSER};
 pub use testdb::{server_url, TestDb, KEEP_ENV};
 

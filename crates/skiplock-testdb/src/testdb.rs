@@ -82,6 +82,31 @@ rm -rf "$dir""#;
     Ok(())
 }
 
+/// Like the cluster's watchdog, for a helper process (PgBouncer): when this process exits,
+/// kill `child` (and anything still running from `dir`) and delete `dir`.
+pub(crate) fn watch_child(child: u32, dir: &std::path::Path) -> Result<(), Error> {
+    use std::os::unix::process::CommandExt;
+    const SCRIPT: &str = r#"pid=$1; child=$2; dir=$3
+while kill -0 "$pid" 2>/dev/null; do sleep 1; done
+kill "$child" 2>/dev/null
+pkill -f "$dir/" 2>/dev/null
+rm -rf "$dir""#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg("sh")
+        .arg(std::process::id().to_string())
+        .arg(child.to_string())
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Error::io("start the cleanup watchdog for", dir, e))?;
+    Ok(())
+}
+
 /// A fresh schema name on the test server, for one test.
 ///
 /// The schema itself is not created: the code under test creates it (skiplock's migrations

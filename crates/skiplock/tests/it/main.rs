@@ -8,5 +8,6 @@ mod enqueue;
 mod lifecycle;
 mod migrate;
 mod operations;
+mod pgbouncer;
 mod support;
 mod worker;
