@@ -34,6 +34,11 @@ struct Cli {
     #[arg(long, global = true, default_value = skiplock::DEFAULT_SCHEMA)]
     schema: String,
 
+    /// Do not send statement, lock and idle-in-transaction timeouts at connect (PgBouncer
+    /// refuses them unless `options` is in its ignore_startup_parameters).
+    #[arg(long, global = true)]
+    no_server_timeouts: bool,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -128,6 +133,9 @@ fn main() -> ExitCode {
             });
             // One line: the whole cause chain, with the database's multi-line reports folded.
             let mut msg = format!("{e:#}").replace('\n', " ");
+            if msg.contains("unsupported startup parameter") {
+                msg.push_str(" (behind PgBouncer: pass --no-server-timeouts, or add `options` to its ignore_startup_parameters)");
+            }
             if let (true, Some(url)) = (reaching_db, url_for_errors.as_deref()) {
                 msg.push_str(&format!(" (database {})", util::redact(url)));
             }
@@ -168,6 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let target = util::Target {
         url: cli.database_url,
         schema: cli.schema,
+        server_timeouts: !cli.no_server_timeouts,
     };
     match cli.command {
         Command::Migrate => {

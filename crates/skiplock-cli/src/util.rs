@@ -28,6 +28,7 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 pub struct Target {
     pub url: Option<String>,
     pub schema: String,
+    pub server_timeouts: bool,
 }
 
 impl Target {
@@ -63,6 +64,7 @@ impl Target {
             .schema(&self.schema)
             .pool_size(pool_size.max(1))
             .application_name("skiplock-cli")
+            .server_timeouts(self.server_timeouts.then(skiplock::ServerTimeouts::default))
             .build()?;
         if embedded {
             client.migrate().await?;

@@ -25,6 +25,78 @@ pub const DEFAULT_POOL_SIZE: usize = 10;
 /// The default lease a claim takes: 5 minutes, as in the article.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 
+/// Server-side limits set on skiplock's own connections (sent as `options` in the startup
+/// packet), so that a stuck statement, a lock queue or a forgotten transaction cannot hold a
+/// worker's connection, or vacuum, forever.
+///
+/// PgBouncer refuses `options` it does not track: behind PgBouncer, add `options` to its
+/// `ignore_startup_parameters` (and set the limits on the role instead), or turn these off
+/// with [`ClientBuilder::server_timeouts`]`(None)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerTimeouts {
+    /// `statement_timeout` (default 60 s). Migrations lift it for their own transaction.
+    pub statement: Duration,
+    /// `lock_timeout` (default 10 s).
+    pub lock: Duration,
+    /// `idle_in_transaction_session_timeout` (default 60 s).
+    pub idle_in_transaction: Duration,
+}
+
+impl Default for ServerTimeouts {
+    fn default() -> Self {
+        ServerTimeouts {
+            statement: Duration::from_secs(60),
+            lock: Duration::from_secs(10),
+            idle_in_transaction: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ServerTimeouts {
+    fn options(&self) -> String {
+        format!(
+            "-c statement_timeout={} -c lock_timeout={} -c idle_in_transaction_session_timeout={}",
+            self.statement.as_millis(),
+            self.lock.as_millis(),
+            self.idle_in_transaction.as_millis()
+        )
+    }
+}
+
+/// TCP keepalive idle time on skiplock's connections: a peer that vanished (a half-open
+/// socket) is noticed in about a minute instead of hours.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
+/// How long connecting may take (unless the URL says otherwise).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Applies skiplock's connection hygiene to a configuration: application name, keepalives,
+/// connect timeout and server timeouts (each only where the configuration does not set it).
+pub(crate) fn harden(
+    cfg: &mut tokio_postgres::Config,
+    app: &str,
+    timeouts: Option<ServerTimeouts>,
+) {
+    if cfg.get_application_name().is_none() {
+        cfg.application_name(app);
+    }
+    cfg.keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(Duration::from_secs(10))
+        .keepalives_retries(3);
+    if cfg.get_connect_timeout().is_none() {
+        cfg.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if let Some(t) = timeouts {
+        let opts = match cfg.get_options() {
+            Some(o) if !o.trim().is_empty() => format!("{o} {}", t.options()),
+            _ => t.options(),
+        };
+        cfg.options(opts);
+    }
+}
+
 /// The queue's lifecycle calls: enqueue, claim, complete, fail, extend, reap.
 ///
 /// Each call is one SQL statement in autocommit on a pooled connection (no transaction is
@@ -68,6 +140,7 @@ pub struct ClientBuilder {
     max_payload_bytes: usize,
     pool_size: usize,
     application_name: Option<String>,
+    server_timeouts: Option<ServerTimeouts>,
 }
 
 impl ClientBuilder {
@@ -98,6 +171,14 @@ impl ClientBuilder {
         self
     }
 
+    /// Server-side timeouts for the client's connections (default [`ServerTimeouts::default`];
+    /// `None` sends none, as PgBouncer may require). Ignored for a pool given with
+    /// [`Client::from_pool`].
+    pub fn server_timeouts(mut self, timeouts: Option<ServerTimeouts>) -> Self {
+        self.server_timeouts = timeouts;
+        self
+    }
+
     /// Checks the settings and builds the client. Connects lazily: the first call that
     /// needs the database opens the first connection.
     pub fn build(self) -> Result<Client> {
@@ -115,9 +196,8 @@ impl ClientBuilder {
         if let Some(cfg) = config.as_mut() {
             if let Some(name) = &self.application_name {
                 cfg.application_name(name);
-            } else if cfg.get_application_name().is_none() {
-                cfg.application_name(DEFAULT_APPLICATION_NAME);
             }
+            harden(cfg, DEFAULT_APPLICATION_NAME, self.server_timeouts);
         }
         let pool = match (self.source, &config) {
             (Source::Pool(pool), _) => pool,
@@ -177,6 +257,7 @@ impl Client {
             max_payload_bytes: input::DEFAULT_MAX_PAYLOAD_BYTES,
             pool_size: DEFAULT_POOL_SIZE,
             application_name: None,
+            server_timeouts: Some(ServerTimeouts::default()),
         }
     }
 

@@ -58,7 +58,8 @@ mod worker;
 
 pub use admin::AdminReport;
 pub use client::{
-    Client, ClientBuilder, DEFAULT_APPLICATION_NAME, DEFAULT_LEASE, DEFAULT_POOL_SIZE,
+    Client, ClientBuilder, ServerTimeouts, CONNECT_TIMEOUT, DEFAULT_APPLICATION_NAME,
+    DEFAULT_LEASE, DEFAULT_POOL_SIZE, KEEPALIVE_IDLE,
 };
 pub use db::Statement;
 pub use error::{Error, Result};

@@ -68,6 +68,9 @@ pub async fn migrate(
         .transaction()
         .await
         .map_err(Error::db("begin the migration transaction"))?;
+    db::migrate::unlimit(&tx, &sql)
+        .await
+        .map_err(Error::db("begin the migration transaction"))?;
     db::migrate::lock(&tx, &sql, lock_key(schema))
         .await
         .map_err(Error::db("take the migration lock"))?;

@@ -11,6 +11,10 @@ pub(crate) async fn lock(tx: &Transaction<'_>, sql: &Sql, key: i64) -> Result<()
         .map(drop)
 }
 
+pub(crate) async fn unlimit(tx: &Transaction<'_>, sql: &Sql) -> Result<(), Error> {
+    tx.batch_execute(&sql.schema_unlimit).await
+}
+
 pub(crate) async fn bootstrap(tx: &Transaction<'_>, sql: &Sql) -> Result<(), Error> {
     tx.batch_execute(&sql.schema_bootstrap).await
 }

@@ -92,6 +92,7 @@ templates! {
     lab_audit_install => "lab_audit_install.sql",
     lab_audit_count => "lab_audit_count.sql",
     schema_lock => "schema_lock.sql",
+    schema_unlimit => "schema_unlimit.sql",
     schema_bootstrap => "schema_bootstrap.sql",
     schema_version => "schema_version.sql",
     schema_record => "schema_record.sql",

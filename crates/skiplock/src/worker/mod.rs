@@ -387,9 +387,7 @@ impl WorkerBuilder {
                 let mut c: tokio_postgres::Config = url.parse().map_err(|e| {
                     Error::invalid("listen URL", format!("it could not be parsed: {e}"))
                 })?;
-                if c.get_application_name().is_none() {
-                    c.application_name("skiplock-listener");
-                }
+                crate::client::harden(&mut c, "skiplock-listener", Some(Default::default()));
                 Some(c)
             }
             (None, true) => {

@@ -321,3 +321,36 @@ async fn the_sql_enqueue_function() {
     }
     assert_eq!(b.count("true").await, 2, "nothing else was inserted");
 }
+
+/// skiplock's own connections carry server-side timeouts and keepalives by default, and none
+/// when told not to.
+#[tokio::test]
+async fn connections_carry_server_timeouts() {
+    let b = setup().await;
+    let conn = b.client.pool().get().await.unwrap();
+    let show = |name: &'static str| {
+        let conn = &conn;
+        async move {
+            conn.query_one(&format!("SHOW {name}"), &[])
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+        }
+    };
+    assert_eq!(show("statement_timeout").await, "1min");
+    assert_eq!(show("lock_timeout").await, "10s");
+    assert_eq!(show("idle_in_transaction_session_timeout").await, "1min");
+    assert_eq!(show("application_name").await, "skiplock");
+    let plain = Client::builder(b.db.url())
+        .schema(b.db.schema())
+        .server_timeouts(None)
+        .build()
+        .unwrap();
+    let conn = plain.pool().get().await.unwrap();
+    let st: String = conn
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(st, "0");
+}
