@@ -63,6 +63,15 @@ pub struct Args {
     /// back in the queue.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     shutdown_timeout: Duration,
+    /// Wait before the first retry of a failed job; later ones double (default 10s).
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    retry_base: Duration,
+    /// The longest wait between retries (default 1h).
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    retry_cap: Duration,
+    /// How often expired leases are reaped (one reaper at a time across workers).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    reap_interval: Duration,
     /// Longest one job may run (then it is cancelled and retried), e.g. 10m.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -90,6 +99,8 @@ pub struct Args {
 pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let options = JobOptions {
         timeout: args.timeout,
+        backoff: skiplock::Backoff::new(args.retry_base, args.retry_cap)
+            .map_err(|e| usage(e.to_string()))?,
         ..JobOptions::default()
     };
     let registry = match &args.exec {
@@ -112,6 +123,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)
         .poll_interval(args.poll_interval.0)
+        .reap_interval(args.reap_interval)
         .shutdown_timeout(args.shutdown_timeout)
         .prune(
             args.prune_older_than

@@ -582,6 +582,17 @@ fn the_embedded_default_database() {
     }
     let home = std::env::temp_dir().join(format!("skiplock-cli-home-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
+    // Stop the server and delete the folder even if an assertion fails.
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = cmd(None, &["pg", "stop"])
+                .env("SKIPLOCK_HOME", &self.0)
+                .output();
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(home.clone());
     let with_home = |args: &[&str]| {
         cmd(None, args)
             .env("SKIPLOCK_HOME", &home)
@@ -597,5 +608,47 @@ fn the_embedded_default_database() {
     assert!(with_home(&["work", "--drain"]).status.success());
     assert!(ok(&with_home(&["pg", "stop"])).contains("stopped"));
     assert!(ok(&with_home(&["pg", "status"])).contains("stopped"));
-    std::fs::remove_dir_all(&home).unwrap();
+}
+
+/// A state folder that cannot be made, or one that is read-only, is a clear error.
+#[test]
+fn a_bad_state_folder_for_the_embedded_default_is_a_clear_error() {
+    if skiplock_testdb::find_pg_bin().is_err() {
+        return;
+    }
+    let base = std::env::temp_dir().join(format!("skiplock-cli-ro-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    // A path under a regular file can never be created.
+    let file = base.join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let o = cmd(None, &["migrate"])
+        .env("SKIPLOCK_HOME", file.join("state"))
+        .output()
+        .unwrap();
+    fails(&o, 1, "could not create the embedded database");
+    // A read-only folder: nothing can be created in it (by root either, for its subfolder).
+    let ro = base.join("read-only");
+    std::fs::create_dir_all(&ro).unwrap();
+    let o = Command::new("chattr").args(["+i"]).arg(&ro).output();
+    let immutable = o.is_ok_and(|o| o.status.success());
+    if !immutable {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let o = cmd(None, &["enqueue", "{}"])
+        .env("SKIPLOCK_HOME", ro.join("state"))
+        .output()
+        .unwrap();
+    if immutable {
+        let _ = Command::new("chattr").args(["-i"]).arg(&ro).status();
+    }
+    let e = err(&o);
+    assert_ne!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.starts_with("error: ") && e.trim_end().lines().count() == 1,
+        "{e}"
+    );
+    assert!(!e.contains("panicked"), "{e}");
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -1,0 +1,515 @@
+//! The run: a private PostgreSQL, worker processes, an enqueuer, the fault injector, and at
+//! the end the accounting.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use skiplock::{Client, NewJob};
+use skiplock_testdb::{LocalCluster, StartOptions};
+
+use crate::check::{self, Expected};
+use crate::faults::{Fault, Rng, Tally};
+use crate::jobs::{Slow, Spec, Typed};
+
+const SCHEMA: &str = "torture";
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// How long to inject faults (enqueueing spreads over most of it), e.g. 45s, 30m.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    duration: Duration,
+    /// Jobs to enqueue.
+    #[arg(long, default_value_t = 5_000)]
+    jobs: u64,
+    /// Worker processes with typed handlers.
+    #[arg(long, default_value_t = 2)]
+    typed_workers: usize,
+    /// `skiplock work --exec` worker processes.
+    #[arg(long, default_value_t = 2)]
+    exec_workers: usize,
+    /// Faults to inject (default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    faults: Vec<Fault>,
+    /// Inject no fault (a baseline run).
+    #[arg(long, conflicts_with = "faults")]
+    no_faults: bool,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the report as JSON too.
+    #[arg(long)]
+    json: bool,
+    /// Keep the run's folder (database, logs) afterwards.
+    #[arg(long)]
+    keep: bool,
+}
+
+struct Proc {
+    name: String,
+    cmd: Vec<String>,
+    env: Vec<(String, String)>,
+    out: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Proc {
+    fn start(&mut self) -> anyhow::Result<()> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.out)?;
+        let child = Command::new(&self.cmd[0])
+            .args(&self.cmd[1..])
+            .envs(self.env.iter().cloned())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("could not start {}", self.cmd[0]))?;
+        self.child = Some(child);
+        self.starts += 1;
+        Ok(())
+    }
+
+    fn alive(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    fn wait(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if self.alive() {
+            self.signal("-KILL");
+        }
+        if let Some(c) = &mut self.child {
+            let _ = c.wait();
+        }
+        self.child = None;
+    }
+}
+
+/// Stops the private cluster however the run ends.
+struct ClusterGuard(LocalCluster, PathBuf, bool);
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        let _ = self.0.stop(true);
+        if !self.2 {
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let faults = if args.no_faults {
+        Vec::new()
+    } else if args.faults.is_empty() {
+        Fault::all()
+    } else {
+        args.faults.clone()
+    };
+    let has = |f: Fault| faults.contains(&f);
+    let dir = std::env::temp_dir().join(format!("skiplock-torture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let cluster = LocalCluster::new(dir.join("pg"))?;
+    cluster.init()?;
+    let port = cluster.start(&StartOptions {
+        port: None,
+        unsafe_fast: false,
+        settings: vec![("max_connections".into(), "300".into())],
+    })?;
+    let guard = ClusterGuard(cluster.clone(), dir.clone(), args.keep);
+    let url = LocalCluster::url(port, "postgres");
+    println!(
+        "skiplock-torture: {} jobs, {:?}, {} typed + {} exec workers, seed {}, faults: {}",
+        args.jobs,
+        args.duration,
+        args.typed_workers,
+        args.exec_workers,
+        args.seed,
+        if faults.is_empty() {
+            "none".to_owned()
+        } else {
+            faults
+                .iter()
+                .map(|f| format!("{f:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    let admin = Client::builder(&url)
+        .schema(SCHEMA)
+        .pool_size(4)
+        .application_name("torture-orchestrator")
+        .build()?;
+    admin.migrate().await?;
+    skiplock::lab::install_completion_audit(&admin).await?;
+
+    // The worker processes.
+    let exe = std::env::current_exe()?;
+    let skiplock_bin = exe.with_file_name("skiplock");
+    if !skiplock_bin.is_file() {
+        bail!(
+            "{} not found: build the skiplock command first",
+            skiplock_bin.display()
+        );
+    }
+    // Clock skew without a wrapper process (so that `kill -9` reaches the worker itself):
+    // libfaketime preloaded, wall clock two hours ahead, monotonic clock untouched.
+    let faketime = has(Fault::Skew).then(libfaketime).flatten();
+    let mut procs = Vec::new();
+    let mut logs = Vec::new();
+    for i in 0..args.typed_workers {
+        let log = dir.join(format!("typed-{i}.log"));
+        let mut env = Vec::new();
+        if i == 0 {
+            if let Some(lib) = &faketime {
+                env.push(("LD_PRELOAD".to_owned(), lib.display().to_string()));
+                env.push(("FAKETIME".to_owned(), "+2h".to_owned()));
+                env.push(("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()));
+            }
+        }
+        let mut cmd = Vec::new();
+        cmd.extend([
+            exe.display().to_string(),
+            "worker".into(),
+            "--url".into(),
+            url.clone(),
+            "--schema".into(),
+            SCHEMA.into(),
+            "--log".into(),
+            log.display().to_string(),
+            "--name".into(),
+            format!("typed-{i}"),
+        ]);
+        procs.push(Proc {
+            name: format!("typed-{i}"),
+            cmd,
+            env,
+            out: dir.join(format!("typed-{i}.out")),
+            child: None,
+            starts: 0,
+        });
+        logs.push(log);
+    }
+    for i in 0..args.exec_workers {
+        let log = dir.join(format!("exec-{i}.log"));
+        let cmd = vec![
+            skiplock_bin.display().to_string(),
+            "--database-url".into(),
+            url.clone(),
+            "--schema".into(),
+            SCHEMA.into(),
+            "work".into(),
+            "--queue".into(),
+            "exec=4".into(),
+            "--lease".into(),
+            "3s".into(),
+            "--poll-interval".into(),
+            "1s".into(),
+            "--reap-interval".into(),
+            "1s".into(),
+            "--retry-base".into(),
+            "200ms".into(),
+            "--retry-cap".into(),
+            "2s".into(),
+            "--shutdown-timeout".into(),
+            "2s".into(),
+            "--exec".into(),
+            exe.display().to_string(),
+            "exec-job".into(),
+            "--log".into(),
+            log.display().to_string(),
+        ];
+        procs.push(Proc {
+            name: format!("exec-{i}"),
+            cmd,
+            env: vec![("RUST_LOG".into(), "warn".into())],
+            out: dir.join(format!("exec-{i}.out")),
+            child: None,
+            starts: 0,
+        });
+        logs.push(log);
+    }
+    for p in &mut procs {
+        p.start()?;
+    }
+
+    // The enqueuer: batches spread over 70% of the duration, each batch's fate known.
+    let started = Instant::now();
+    let enqueue_for = args.duration.mul_f64(0.7);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<(u64, Spec, &'static str)>>();
+    let enq_admin = admin.clone();
+    let total = args.jobs;
+    let slow = has(Fault::Slow);
+    let seed = args.seed;
+    let enqueuer = tokio::spawn(async move {
+        let mut rng = Rng::new(seed.wrapping_add(7));
+        let batch = 100u64;
+        let batches = total.div_ceil(batch).max(1);
+        let gap = enqueue_for.div_f64(batches as f64);
+        let mut n = 0u64;
+        while n < total {
+            let upto = (n + batch).min(total);
+            let specs: Vec<(u64, Spec, &'static str)> = (n..upto)
+                .map(|i| {
+                    let roll = rng.below(1000);
+                    let mut s = Spec {
+                        n: i,
+                        ms: rng.below(20),
+                        ..Spec::default()
+                    };
+                    let exec = rng.chance(500);
+                    let kind = if slow && !exec && roll < 20 {
+                        s.slow_first = true;
+                        "slow"
+                    } else if exec {
+                        "exec"
+                    } else {
+                        "typed"
+                    };
+                    if (20..100).contains(&roll) {
+                        s.fail = 1 + (roll % 2) as u32;
+                    } else if (100..115).contains(&roll) && kind == "typed" {
+                        s.permanent = true;
+                    }
+                    (i, s, kind)
+                })
+                .collect();
+            let jobs: Vec<NewJob> = specs
+                .iter()
+                .map(|(_, s, kind)| {
+                    match *kind {
+                        "typed" => NewJob::of(&Typed(s.clone())),
+                        "slow" => NewJob::of(&Slow(s.clone())),
+                        _ => NewJob::new("exec", s).queue("exec"),
+                    }
+                    .max_attempts(25)
+                })
+                .collect();
+            // Enqueue; when the outcome is unknown (an error), look before retrying.
+            loop {
+                match enq_admin.enqueue_many(&jobs).await {
+                    Ok(_) => break,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        if let Ok(found) = count_range(&enq_admin, n, upto).await {
+                            if found == upto - n {
+                                break;
+                            }
+                            if found != 0 {
+                                eprintln!(
+                                    "torture: a batch was half enqueued ({found} of {})",
+                                    upto - n
+                                );
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            if tx.send(specs).is_err() {
+                return;
+            }
+            n = upto;
+            tokio::time::sleep(gap).await;
+        }
+    });
+
+    // Faults until the duration is over.
+    let mut rng = Rng::new(args.seed);
+    let mut tally = Tally::default();
+    let mut last_restart = Instant::now();
+    let mut bystander: Option<(tokio::task::JoinHandle<()>, Instant)> = None;
+    if faketime.is_some() {
+        tally.add(Fault::Skew);
+    }
+    let injectable: Vec<Fault> = faults
+        .iter()
+        .copied()
+        .filter(|f| !matches!(f, Fault::Skew | Fault::Slow))
+        .collect();
+    while started.elapsed() < args.duration {
+        tokio::time::sleep(Duration::from_millis(1500 + rng.below(2500))).await;
+        for p in &mut procs {
+            if !p.alive() {
+                p.start()?;
+            }
+        }
+        if injectable.is_empty() {
+            continue;
+        }
+        let f = injectable[rng.below(injectable.len() as u64) as usize];
+        match f {
+            Fault::Kill9 => {
+                let i = rng.below(procs.len() as u64) as usize;
+                procs[i].signal("-KILL");
+                procs[i].wait(Duration::from_secs(5));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                procs[i].start()?;
+            }
+            Fault::Sigterm => {
+                let i = rng.below(procs.len() as u64) as usize;
+                procs[i].signal("-TERM");
+                procs[i].wait(Duration::from_secs(15));
+                procs[i].start()?;
+            }
+            Fault::Terminate => {
+                let _ = terminate_some(&url).await;
+            }
+            Fault::Restart => {
+                if last_restart.elapsed() < Duration::from_secs(20) {
+                    continue;
+                }
+                last_restart = Instant::now();
+                cluster.stop(true)?;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                cluster.start(&StartOptions {
+                    port: Some(port),
+                    unsafe_fast: false,
+                    settings: vec![("max_connections".into(), "300".into())],
+                })?;
+            }
+            Fault::IdleTx => {
+                if bystander
+                    .as_ref()
+                    .is_some_and(|(_, t)| t.elapsed() < Duration::from_secs(10))
+                {
+                    continue;
+                }
+                let url = url.clone();
+                bystander = Some((
+                    tokio::spawn(async move {
+                        let _ = hold_idle_transaction(&url, Duration::from_secs(8)).await;
+                    }),
+                    Instant::now(),
+                ));
+            }
+            Fault::Skew | Fault::Slow => {}
+        }
+        tally.add(f);
+    }
+    if let Some((h, _)) = bystander {
+        let _ = h.await;
+    }
+    enqueuer.await.context("the enqueuer failed")?;
+    let mut expected = Expected::default();
+    while let Ok(batch) = rx.try_recv() {
+        for (n, spec, kind) in batch {
+            expected.jobs.insert(n, (spec, kind));
+        }
+    }
+
+    // Quiesce: every worker up, every job terminal.
+    for p in &mut procs {
+        if !p.alive() {
+            p.start()?;
+        }
+    }
+    let quiesce = Instant::now();
+    let bound = Duration::from_secs(180);
+    loop {
+        match pending(&admin).await {
+            Ok(0) => break,
+            Ok(n) if quiesce.elapsed() > bound => {
+                eprintln!("torture: {n} jobs still not finished after {bound:?}");
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let quiesce_took = quiesce.elapsed();
+    for p in &mut procs {
+        p.signal("-TERM");
+    }
+    for p in &mut procs {
+        p.wait(Duration::from_secs(20));
+    }
+    if slow {
+        tally.add(Fault::Slow);
+    }
+
+    let report = check::check(&admin, &expected, &logs).await?;
+    let restarts: BTreeMap<String, u32> = procs
+        .iter()
+        .map(|p| (p.name.clone(), p.starts.saturating_sub(1)))
+        .collect();
+    let ok = report.print(
+        &tally,
+        &restarts,
+        started.elapsed(),
+        quiesce_took,
+        args.json,
+    );
+    drop(guard);
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        println!("kept {}", dir.display());
+    }
+    if !ok {
+        bail!("the accounting found violations (see above)");
+    }
+    Ok(())
+}
+
+async fn count_range(c: &Client, from: u64, to: u64) -> anyhow::Result<u64> {
+    check::count_payload_range(c, from, to).await
+}
+
+async fn pending(c: &Client) -> anyhow::Result<i64> {
+    let h = c.health(Duration::from_secs(3600)).await?;
+    Ok(h.queues.iter().map(|q| q.queued + q.running).sum())
+}
+
+/// Ends about half of the workers' connections (pool and LISTEN).
+async fn terminate_some(url: &str) -> anyhow::Result<()> {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    c.batch_execute(check::TERMINATE_SOME).await?;
+    Ok(())
+}
+
+/// A bystander that opens a REPEATABLE READ transaction, reads, and sits idle in it.
+async fn hold_idle_transaction(url: &str, hold: Duration) -> anyhow::Result<()> {
+    let (mut c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let tx = c
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await?;
+    tx.batch_execute(check::BYSTANDER_READ).await?;
+    tokio::time::sleep(hold).await;
+    tx.commit().await?;
+    Ok(())
+}
+
+fn libfaketime() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+        "/usr/local/lib/faketime/libfaketime.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
