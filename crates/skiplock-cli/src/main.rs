@@ -2,6 +2,7 @@
 //! lives in the `skiplock` crate.
 
 mod admin;
+mod bench;
 mod database;
 mod demo;
 mod enqueue;
@@ -70,6 +71,9 @@ enum Command {
     Lab(lab::Args),
     /// Run 10,000 jobs through 8 workers, crash one, and summarise (a scratch schema).
     Demo(demo::Args),
+    /// Measure throughput (against the raw-SQL ceiling), latency, enqueue rate, claim cost
+    /// with history, and footprint, in scratch schemas.
+    Bench(bench::Args),
     /// Manage the embedded default database (./.skiplock, or $SKIPLOCK_HOME).
     Pg {
         #[command(subcommand)]
@@ -214,6 +218,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Show(args) => admin::show(&target, args).await,
         Command::Lab(args) => lab::run(&target, args).await,
         Command::Demo(args) => demo::run(&target, args).await,
+        Command::Bench(args) => bench::run(&target, args).await,
         Command::Pg { action } => {
             let home = database::Home::locate()?;
             match action {

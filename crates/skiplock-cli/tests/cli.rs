@@ -646,3 +646,52 @@ fn a_bad_state_folder_for_the_embedded_default_is_a_clear_error() {
     fails(&o, 1, "could not create the embedded database");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Every benchmark scenario still runs (tiny sizes), and prints the JSON it promises.
+#[tokio::test]
+async fn bench_quick_runs_every_scenario() {
+    let db = TestDb::new().await;
+    let o = run(Some(&db), &["bench", "all", "--quick", "--json"]);
+    let points: Vec<serde_json::Value> = ok(&o).lines().map(json).collect();
+    let of = |s: &str| {
+        points
+            .iter()
+            .filter(|p| p["scenario"] == s)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let t = &of("throughput")[0];
+    for k in [
+        "jobs",
+        "concurrency",
+        "batch",
+        "jobs_per_s",
+        "ceiling_jobs_per_s",
+        "ratio",
+    ] {
+        assert!(t[k].is_number(), "{k} in {t}");
+    }
+    let l = of("latency");
+    assert_eq!(l.len(), 2, "LISTEN on and off");
+    for k in ["offered_per_s", "p50_ms", "p95_ms", "p99_ms"] {
+        assert!(l[0][k].is_number(), "{k} in {}", l[0]);
+    }
+    let e = of("enqueue");
+    assert!(
+        e.iter().any(|p| p["mode"] == "single") && e.iter().all(|p| p["jobs_per_s"].is_number())
+    );
+    assert_eq!(of("history").len(), 2);
+    assert_eq!(of("footprint").len(), 4, "steady, then before/during/after");
+    assert_eq!(of("throughput-defaults").len(), 1);
+    // The scratch schemas are gone.
+    let c = db.connect().await.unwrap();
+    let left: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1",
+            &[&format!("{}_bench_%", db.schema())],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}

@@ -42,6 +42,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod admin;
+pub mod bench;
 mod client;
 mod db;
 mod error;

@@ -1,0 +1,446 @@
+//! `skiplock bench`: the benchmark scenarios of `skiplock::bench`, printed as tables, JSON
+//! lines, or the Markdown of docs/BENCHMARKS.md.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use skiplock::bench;
+
+use crate::util::{parse_duration, print_json, usage, Target};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// No-op jobs through a worker, against the raw-SQL ceiling of the same statements.
+    Throughput,
+    /// Enqueue-to-start latency at a steady offered load, LISTEN on and off.
+    Latency,
+    /// Enqueue rate: single-row transactions and batches.
+    Enqueue,
+    /// Claim latency with many finished rows kept.
+    History,
+    /// Dead tuples, size, WAL and transactions per job at a steady load, with and without a
+    /// transaction holding back vacuum.
+    Footprint,
+    /// Everything.
+    All,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Which scenario.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Jobs per throughput point (and the enqueue scenario's batch total).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Queue concurrency for one throughput point (with --batch); default: a sweep.
+    #[arg(long, requires = "batch")]
+    concurrency: Option<usize>,
+    /// Jobs per claim for one throughput point (with --concurrency).
+    #[arg(long, requires = "concurrency")]
+    batch: Option<u32>,
+    /// Offered jobs per second (latency: one point instead of the 50/500/5000 sweep;
+    /// footprint: default 200).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// How long each latency point runs (default 10s), or the footprint run (default 10m).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Finished rows for the history scenario, comma-separated (default 0,1000000,10000000).
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<i64>,
+    /// Tiny sizes, for checking that every scenario still runs (seconds, not minutes).
+    #[arg(long)]
+    quick: bool,
+    /// One JSON object per measured point.
+    #[arg(long, conflicts_with = "markdown")]
+    json: bool,
+    /// Print the report as Markdown (scripts/bench.sh writes it to docs/BENCHMARKS.md).
+    #[arg(long)]
+    markdown: bool,
+}
+
+pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
+    let url = target.url().await?;
+    let base = &target.schema;
+    let all = args.scenario == Scenario::All;
+    let want = |s: Scenario| all || args.scenario == s;
+    let q = args.quick;
+    let jobs = args.jobs.unwrap_or(if q { 2_000 } else { 100_000 });
+    if jobs == 0 {
+        return Err(usage("--jobs must be at least 1"));
+    }
+    let mut md = String::new();
+    if args.markdown {
+        md.push_str(&header(&url, &args).await);
+    }
+    let mut targets: Vec<(String, String, Option<bool>)> = Vec::new();
+
+    if want(Scenario::Throughput) {
+        let points: Vec<(usize, u32)> = match (args.concurrency, args.batch) {
+            (Some(c), Some(b)) => vec![(c, b)],
+            _ if q => vec![(10, 10)],
+            _ => vec![(10, 1), (10, 10), (50, 10), (100, 100), (200, 100)],
+        };
+        let mut rows = Vec::new();
+        for (c, b) in points {
+            if c == 0 || b == 0 {
+                return Err(usage("--concurrency and --batch must be at least 1"));
+            }
+            let p = bench::throughput(&url, base, jobs, c, b).await?;
+            if args.json {
+                print_json(&serde_json::json!({
+                    "scenario": "throughput", "jobs": p.jobs, "concurrency": p.concurrency,
+                    "batch": p.batch, "jobs_per_s": p.jobs_per_s,
+                    "ceiling_jobs_per_s": p.ceiling_jobs_per_s, "ratio": p.ratio,
+                }));
+            }
+            rows.push(p);
+        }
+        let defaults = bench::throughput_defaults(&url, base, jobs).await?;
+        let best = rows.iter().map(|p| p.jobs_per_s).fold(0.0, f64::max);
+        let worst = rows.iter().map(|p| p.ratio).fold(f64::INFINITY, f64::min);
+        targets.push((
+            "throughput >= 80% of the ceiling at every point".into(),
+            format!("lowest {:.0}%", worst * 100.0),
+            Some(worst >= 0.8),
+        ));
+        targets.push((
+            "default settings within 20% of the best tuned throughput".into(),
+            format!("{:.0}%", defaults / best.max(1e-9) * 100.0),
+            Some(defaults >= best * 0.8),
+        ));
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "throughput-defaults", "jobs": jobs, "jobs_per_s": defaults,
+                "best_tuned_jobs_per_s": best, "ratio_to_best": defaults / best.max(1e-9),
+            }));
+        }
+        let mut t = String::from(
+            "| concurrency | batch | worker jobs/s | ceiling jobs/s | ratio |\n|---:|---:|---:|---:|---:|\n",
+        );
+        for p in &rows {
+            let _ = writeln!(
+                t,
+                "| {} | {} | {:.0} | {:.0} | {:.0}% |",
+                p.concurrency,
+                p.batch,
+                p.jobs_per_s,
+                p.ceiling_jobs_per_s,
+                p.ratio * 100.0
+            );
+        }
+        let _ = writeln!(
+            t,
+            "\nA worker with every setting at its default (queue concurrency 10): {defaults:.0} jobs/s, {:.0}% of the best tuned point above.",
+            defaults / best.max(1e-9) * 100.0
+        );
+        section(
+            &args,
+            &mut md,
+            &format!("Throughput ({jobs} no-op jobs)"),
+            &t,
+        );
+    }
+
+    if want(Scenario::Latency) {
+        let rates = match args.rate {
+            Some(r) => vec![r],
+            None if q => vec![50.0],
+            None => vec![50.0, 500.0, 5_000.0],
+        };
+        let dur = args.duration.unwrap_or(if q {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_secs(10)
+        });
+        let mut t = String::from(
+            "| offered jobs/s | wake-up | jobs | p50 ms | p95 ms | p99 ms |\n|---:|---|---:|---:|---:|---:|\n",
+        );
+        for r in rates {
+            if r <= 0.0 {
+                return Err(usage("--rate must be above 0"));
+            }
+            for listen in [true, false] {
+                let p = bench::latency(&url, base, r, dur, listen).await?;
+                if listen && (r - 500.0).abs() < f64::EPSILON {
+                    targets.push((
+                        "pickup p50 <= 2 ms and p99 <= 10 ms at 500 jobs/s with LISTEN".into(),
+                        format!("p50 {:.2} ms, p99 {:.2} ms", p.p50_ms, p.p99_ms),
+                        Some(p.p50_ms <= 2.0 && p.p99_ms <= 10.0),
+                    ));
+                }
+                if args.json {
+                    print_json(&serde_json::json!({
+                        "scenario": "latency", "offered_per_s": p.offered_per_s,
+                        "listen": p.listen, "jobs": p.jobs,
+                        "p50_ms": p.p50_ms, "p95_ms": p.p95_ms, "p99_ms": p.p99_ms,
+                    }));
+                }
+                let _ = writeln!(
+                    t,
+                    "| {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
+                    p.offered_per_s,
+                    if p.listen { "LISTEN" } else { "poll 1 s" },
+                    p.jobs,
+                    p.p50_ms,
+                    p.p95_ms,
+                    p.p99_ms
+                );
+            }
+        }
+        section(
+            &args,
+            &mut md,
+            &format!(
+                "Enqueue-to-start latency ({} s per point, database clock)",
+                dur.as_secs_f64()
+            ),
+            &t,
+        );
+    }
+
+    if want(Scenario::Enqueue) {
+        let points = bench::enqueue(&url, base, if q { 2_000 } else { jobs.max(20_000) }).await?;
+        let best_batch = points
+            .iter()
+            .filter(|p| p.mode.starts_with("batch"))
+            .map(|p| p.jobs_per_s)
+            .fold(0.0, f64::max);
+        targets.push((
+            "batched enqueue >= 100,000 jobs/s".into(),
+            format!("{best_batch:.0} jobs/s"),
+            Some(best_batch >= 100_000.0),
+        ));
+        let mut t = String::from("| mode | jobs | jobs/s |\n|---|---:|---:|\n");
+        for p in &points {
+            if args.json {
+                print_json(&serde_json::json!({
+                    "scenario": "enqueue", "mode": p.mode, "jobs": p.jobs, "jobs_per_s": p.jobs_per_s,
+                }));
+            }
+            let _ = writeln!(t, "| {} | {} | {:.0} |", p.mode, p.jobs, p.jobs_per_s);
+        }
+        section(&args, &mut md, "Enqueue", &t);
+    }
+
+    if want(Scenario::History) {
+        let sizes = if !args.sizes.is_empty() {
+            args.sizes.clone()
+        } else if q {
+            vec![0, 10_000]
+        } else {
+            vec![0, 1_000_000, 10_000_000]
+        };
+        if sizes.iter().any(|s| *s < 0) {
+            return Err(usage("--sizes must not be negative"));
+        }
+        let points = bench::history(&url, base, &sizes, if q { 200 } else { 2_000 }).await?;
+        let base_p50 = points.first().map_or(0.0, |p| p.claim_p50_ms);
+        if let Some(last) = points.last().filter(|p| p.finished_rows >= 10_000_000) {
+            let r = last.claim_p50_ms / base_p50.max(1e-9);
+            targets.push((
+                "claim latency with 10 million finished rows within 1.5x of the empty table".into(),
+                format!("{r:.2}x"),
+                Some(r <= 1.5),
+            ));
+        }
+        let mut t = String::from(
+            "| finished rows kept | claims | claim p50 ms | claim p99 ms | p50 vs empty |\n|---:|---:|---:|---:|---:|\n",
+        );
+        for p in &points {
+            if args.json {
+                print_json(&serde_json::json!({
+                    "scenario": "history", "finished_rows": p.finished_rows, "claims": p.claims,
+                    "claim_p50_ms": p.claim_p50_ms, "claim_p99_ms": p.claim_p99_ms,
+                }));
+            }
+            let _ = writeln!(
+                t,
+                "| {} | {} | {:.3} | {:.3} | {:.2}x |",
+                p.finished_rows,
+                p.claims,
+                p.claim_p50_ms,
+                p.claim_p99_ms,
+                p.claim_p50_ms / base_p50.max(1e-9)
+            );
+        }
+        section(&args, &mut md, "Claim cost with finished rows kept", &t);
+    }
+
+    if want(Scenario::Footprint) {
+        let rate = args
+            .rate
+            .filter(|_| args.scenario == Scenario::Footprint)
+            .unwrap_or(200.0);
+        let dur = args
+            .duration
+            .filter(|_| args.scenario == Scenario::Footprint)
+            .unwrap_or(if q {
+                Duration::from_secs(3)
+            } else {
+                Duration::from_secs(600)
+            });
+        let mut t = String::from(
+            "| run | phase | jobs/s | dead tuples median | dead tuples max | table+indexes | WAL bytes/job | transactions/job | p50 ms | p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for bystander in [false, true] {
+            let points = bench::footprint(&url, base, rate, dur, bystander).await?;
+            if !bystander {
+                if let Some(p) = points.first() {
+                    targets.push((
+                        format!("footprint at {rate:.0} jobs/s: median dead tuples <= 2,000"),
+                        format!("median {}, max {}", p.dead_median, p.dead_max),
+                        Some(p.dead_median <= 2_000),
+                    ));
+                }
+            } else if let (Some(d), Some(a)) = (
+                points.iter().find(|p| p.phase == "during"),
+                points.iter().find(|p| p.phase == "after"),
+            ) {
+                targets.push((
+                    "the held transaction's effect reported; recovery after it ends".into(),
+                    format!(
+                        "dead tuples max {} while held, median {} after",
+                        d.dead_max, a.dead_median
+                    ),
+                    None,
+                ));
+            }
+            for p in &points {
+                if args.json {
+                    print_json(&serde_json::json!({
+                        "scenario": "footprint", "bystander": bystander, "phase": p.phase,
+                        "rate": p.rate, "jobs": p.jobs, "jobs_per_s": p.jobs_per_s,
+                        "dead_median": p.dead_median, "dead_max": p.dead_max,
+                        "table_bytes": p.table_bytes, "wal_bytes_per_job": p.wal_bytes_per_job,
+                        "transactions_per_job": p.transactions_per_job,
+                        "p50_ms": p.p50_ms, "p99_ms": p.p99_ms,
+                    }));
+                }
+                let _ = writeln!(
+                    t,
+                    "| {} | {} | {:.0} | {} | {} | {:.1} MiB | {:.0} | {:.2} | {:.2} | {:.2} |",
+                    if bystander {
+                        "bystander REPEATABLE READ in the middle third"
+                    } else {
+                        "steady"
+                    },
+                    p.phase,
+                    p.jobs_per_s,
+                    p.dead_median,
+                    p.dead_max,
+                    p.table_bytes as f64 / (1024.0 * 1024.0),
+                    p.wal_bytes_per_job,
+                    p.transactions_per_job,
+                    p.p50_ms,
+                    p.p99_ms
+                );
+            }
+        }
+        section(
+            &args,
+            &mut md,
+            &format!(
+                "Footprint at {rate:.0} jobs/s for {:.0} s",
+                dur.as_secs_f64()
+            ),
+            &t,
+        );
+    }
+    if args.markdown {
+        let mut t = String::from("| target | measured | met |\n|---|---|---|\n");
+        for (what, measured, met) in &targets {
+            let met = match met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "see the table",
+            };
+            let _ = writeln!(t, "| {what} | {measured} | {met} |");
+        }
+        let _ = write!(md, "\n## Targets\n\n{t}");
+        print!("{md}");
+    }
+    Ok(())
+}
+
+fn section(args: &Args, md: &mut String, title: &str, table: &str) {
+    if args.json {
+        return;
+    }
+    if args.markdown {
+        let _ = write!(md, "\n## {title}\n\n{table}");
+    } else {
+        println!("\n{title}\n{table}");
+    }
+}
+
+/// The report's head: the command, the versions and the machine.
+async fn header(url: &str, args: &Args) -> String {
+    let server = server_version(url)
+        .await
+        .unwrap_or_else(|| "unknown".into());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or_else(
+            || "unknown".into(),
+            |kb| format!("{:.0} GiB", kb / 1024.0 / 1024.0),
+        );
+    // The command, without the (machine-specific) database URL.
+    let mut cmd: Vec<String> = Vec::new();
+    let mut skip = false;
+    for a in std::env::args().skip(1) {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if a == "--database-url" {
+            skip = true;
+            continue;
+        }
+        if a.starts_with("--database-url=") {
+            continue;
+        }
+        cmd.push(a);
+    }
+    let _ = args;
+    format!(
+        "# Benchmarks\n\nProduced by `scripts/bench.sh` (which runs `skiplock {}` against a throwaway \
+         cluster). Every figure below comes from that one run on one machine; compare ratios, not \
+         absolute numbers, across machines.\n\n- skiplock {} (release build)\n- PostgreSQL {server} \
+         (local, default settings)\n- {cores} cores ({cpu}), {mem} of memory; the database, the workers \
+         and the load generator share them\n",
+        cmd.join(" "),
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+async fn server_version(url: &str) -> Option<String> {
+    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    c.query_one("SHOW server_version", &[])
+        .await
+        .ok()?
+        .try_get(0)
+        .ok()
+}

@@ -1,0 +1,635 @@
+//! Benchmarks (`skiplock bench`): figures measured as ratios in one run on one machine.
+//! Every scenario works in scratch schemas of its own and drops them afterwards.
+//!
+//! - [`throughput`]: no-op jobs through a worker, against the ceiling of the same claim and
+//!   finish statements issued back to back with no runtime around them;
+//! - [`latency`]: enqueue-to-start latency at a steady offered load, by the database's clock;
+//! - [`enqueue`]: single-row transactions and the batch path;
+//! - [`history`]: claim latency with many finished rows kept in the table;
+//! - [`footprint`]: dead tuples, size, WAL and transactions per job at a steady load, with
+//!   and without a bystander transaction holding back vacuum.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_postgres::types::Type;
+
+use crate::client::Client;
+use crate::db::{self, job::Finish};
+use crate::error::{Error, Result};
+use crate::handler::{JobContext, JobError, JobOptions, Registry};
+use crate::job::NewJob;
+use crate::schema::Schema;
+use crate::worker::Worker;
+
+const QUEUE: &str = "bench";
+const LEASE_US: i64 = 300_000_000;
+
+/// A scratch schema, migrated, dropped by [`Scratch::drop_now`].
+struct Scratch {
+    client: Client,
+}
+
+impl Scratch {
+    async fn new(url: &str, base: &str, tag: &str, pool: usize) -> Result<Self> {
+        let name = format!("{base}_bench_{tag}_{}", std::process::id());
+        Schema::new(&name)?;
+        let client = Client::builder(url)
+            .schema(&name)
+            .pool_size(pool.max(2))
+            .application_name("skiplock-bench")
+            .build()?;
+        client.drop_schema().await?;
+        client.migrate().await?;
+        Ok(Scratch { client })
+    }
+
+    async fn fill(&self, jobs: usize) -> Result<()> {
+        let all: Vec<NewJob> = (0..jobs)
+            .map(|_| NewJob::from_json("noop", "{}").queue(QUEUE))
+            .collect();
+        for chunk in all.chunks(10_000) {
+            self.client.enqueue_many(chunk).await?;
+        }
+        self.vacuum().await
+    }
+
+    async fn vacuum(&self) -> Result<()> {
+        let conn = self.client.conn("vacuum the bench table").await?;
+        conn.batch_execute(&self.client.sql().bench_vacuum)
+            .await
+            .map_err(Error::db("vacuum the bench table"))
+    }
+
+    async fn drop_now(self) -> Result<()> {
+        self.client.drop_schema().await
+    }
+}
+
+fn noop_registry() -> Registry {
+    Registry::new().register_handler(
+        "noop",
+        JobOptions::default(),
+        |_p: String, _c: JobContext| async { Ok::<(), JobError>(()) },
+    )
+}
+
+/// One throughput point.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ThroughputPoint {
+    /// Jobs processed.
+    pub jobs: usize,
+    /// The worker's queue concurrency (0: the worker's defaults).
+    pub concurrency: usize,
+    /// Jobs per claim.
+    pub batch: u32,
+    /// The worker, from start to the last outcome written.
+    pub jobs_per_s: f64,
+    /// The same statements back to back on `concurrency / batch` connections.
+    pub ceiling_jobs_per_s: f64,
+    /// `jobs_per_s / ceiling_jobs_per_s`.
+    pub ratio: f64,
+}
+
+/// `jobs` no-op jobs through one worker with queue concurrency `concurrency` and claims of
+/// `batch`; then the ceiling: `concurrency / batch` loops, each on its own connection, each
+/// claiming `batch` jobs and writing their outcomes in one statement, until the queue is
+/// empty. Both keep `concurrency` jobs in flight with the same batch size.
+pub async fn throughput(
+    url: &str,
+    base: &str,
+    jobs: usize,
+    concurrency: usize,
+    batch: u32,
+) -> Result<ThroughputPoint> {
+    let loops = (concurrency / batch.max(1) as usize).max(1);
+    let s = Scratch::new(url, base, "tput", loops + 4).await?;
+    s.fill(jobs).await?;
+    let cfg = crate::WorkerConfig {
+        max_claim_batch: batch,
+        ..crate::WorkerConfig::default()
+    };
+    let worker = Worker::builder(s.client.clone(), noop_registry())
+        .queue(QUEUE, concurrency)
+        .config(cfg)
+        .build()?;
+    let started = Instant::now();
+    let stats = worker.run_until_idle().await?;
+    let worker_s = started.elapsed().as_secs_f64();
+    let done = stats.done as usize;
+    s.drop_now().await?;
+
+    let s = Scratch::new(url, base, "ceil", loops + 2).await?;
+    s.fill(jobs).await?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..loops {
+        let client = s.client.clone();
+        tasks.push(tokio::spawn(
+            async move { ceiling_loop(client, batch).await },
+        ));
+    }
+    let mut ceiling_done = 0usize;
+    for t in tasks {
+        ceiling_done += t
+            .await
+            .map_err(|e| Error::invalid("bench", format!("a ceiling task failed: {e}")))??;
+    }
+    let ceiling_s = started.elapsed().as_secs_f64();
+    s.drop_now().await?;
+    let jobs_per_s = done as f64 / worker_s.max(1e-9);
+    let ceiling = ceiling_done as f64 / ceiling_s.max(1e-9);
+    Ok(ThroughputPoint {
+        jobs,
+        concurrency,
+        batch,
+        jobs_per_s,
+        ceiling_jobs_per_s: ceiling,
+        ratio: jobs_per_s / ceiling.max(1e-9),
+    })
+}
+
+async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
+    const OP: &str = "run the ceiling loop";
+    let conn = client.conn(OP).await?;
+    let sql = client.sql();
+    let mut done = 0;
+    loop {
+        let jobs = db::job::claim(&**conn, sql, QUEUE, i64::from(batch), LEASE_US)
+            .await
+            .map_err(Error::db(OP))?;
+        if jobs.is_empty() {
+            return Ok(done);
+        }
+        let finish: Vec<Finish> = jobs
+            .iter()
+            .map(|j| Finish {
+                id: j.id,
+                attempt: j.attempt,
+                outcome: "done",
+                error: String::new(),
+                delay_us: 0,
+                base_us: 0,
+                cap_us: 0,
+            })
+            .collect();
+        done += db::job::finish_many(&**conn, sql, &finish)
+            .await
+            .map_err(Error::db(OP))?
+            .len();
+    }
+}
+
+/// `jobs` no-op jobs through a worker with every setting at its default (queue concurrency
+/// 10): jobs per second.
+pub async fn throughput_defaults(url: &str, base: &str, jobs: usize) -> Result<f64> {
+    let s = Scratch::new(url, base, "dflt", 10).await?;
+    s.fill(jobs).await?;
+    let worker = Worker::builder(s.client.clone(), noop_registry())
+        .queue(QUEUE, 10)
+        .build()?;
+    let started = Instant::now();
+    let stats = worker.run_until_idle().await?;
+    let rate = stats.done as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    s.drop_now().await?;
+    Ok(rate)
+}
+
+/// One latency point.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LatencyPoint {
+    /// Jobs enqueued per second.
+    pub offered_per_s: f64,
+    /// Whether the worker listened for notifications (else it polled every second).
+    pub listen: bool,
+    /// Jobs measured.
+    pub jobs: usize,
+    /// Enqueue-to-start latency percentiles, milliseconds, by the database's clock.
+    pub p50_ms: f64,
+    /// 95th percentile.
+    pub p95_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+}
+
+/// A worker with default settings (or polling every second instead of listening) while jobs
+/// are enqueued one per statement at `rate` per second for `duration`. Latency is the claim's
+/// `now()` minus the enqueue's `now()`.
+pub async fn latency(
+    url: &str,
+    base: &str,
+    rate: f64,
+    duration: Duration,
+    listen: bool,
+) -> Result<LatencyPoint> {
+    let s = Scratch::new(url, base, "lat", 16).await?;
+    let samples = Arc::new(Mutex::new(Vec::<f64>::new()));
+    let registry = {
+        let samples = samples.clone();
+        Registry::new().register_handler(
+            "noop",
+            JobOptions::default(),
+            move |_p: String, ctx: JobContext| {
+                let samples = samples.clone();
+                async move {
+                    let ms = ctx
+                        .claimed_at
+                        .duration_since(ctx.created_at)
+                        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+                    samples.lock().unwrap_or_else(|p| p.into_inner()).push(ms);
+                    Ok::<(), JobError>(())
+                }
+            },
+        )
+    };
+    let mut b = Worker::builder(s.client.clone(), registry).queue(QUEUE, 50);
+    if !listen {
+        b = b.listen(false).poll_interval(Some(Duration::from_secs(1)));
+    }
+    let worker = b.build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let enqueued = offer(&s.client, rate, duration).await?;
+    // Let the last jobs start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while samples.lock().unwrap_or_else(|p| p.into_inner()).len() < enqueued
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop.send(());
+    let _ = handle.await;
+    let mut v = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    s.drop_now().await?;
+    v.sort_by(f64::total_cmp);
+    Ok(LatencyPoint {
+        offered_per_s: rate,
+        listen,
+        jobs: v.len(),
+        p50_ms: pct(&v, 0.50),
+        p95_ms: pct(&v, 0.95),
+        p99_ms: pct(&v, 0.99),
+    })
+}
+
+/// Enqueues at `rate` per second for `duration`, one statement per job, from up to 8 tasks
+/// ticking every 10 ms. Returns how many were enqueued.
+async fn offer(client: &Client, rate: f64, duration: Duration) -> Result<usize> {
+    let tasks = if rate > 400.0 { 8 } else { 1 };
+    let per_task = rate / tasks as f64;
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let client = client.clone();
+        handles.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut sent = 0usize;
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            while started.elapsed() < duration {
+                tick.tick().await;
+                let due = (started.elapsed().as_secs_f64() * per_task) as usize;
+                while sent < due {
+                    client
+                        .enqueue(&NewJob::from_json("noop", "{}").queue(QUEUE))
+                        .await?;
+                    sent += 1;
+                }
+            }
+            Ok::<usize, Error>(sent)
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h
+            .await
+            .map_err(|e| Error::invalid("bench", format!("an enqueue task failed: {e}")))??;
+    }
+    Ok(total)
+}
+
+/// One enqueue point.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EnqueuePoint {
+    /// `single` (one transaction per job, one connection), `single x8` (eight connections),
+    /// `batch 1000`, `batch 10000`.
+    pub mode: String,
+    /// Jobs enqueued.
+    pub jobs: usize,
+    /// Jobs per second.
+    pub jobs_per_s: f64,
+}
+
+/// Enqueue rates: single-row transactions on one and on eight connections, and the batch path.
+pub async fn enqueue(url: &str, base: &str, jobs: usize) -> Result<Vec<EnqueuePoint>> {
+    let mut out = Vec::new();
+    let s = Scratch::new(url, base, "enq", 10).await?;
+    let job = NewJob::from_json("noop", "{\"n\": 1}").queue(QUEUE);
+    let single = (jobs / 10).max(100);
+    let started = Instant::now();
+    for _ in 0..single {
+        s.client.enqueue(&job).await?;
+    }
+    out.push(EnqueuePoint {
+        mode: "single".into(),
+        jobs: single,
+        jobs_per_s: single as f64 / started.elapsed().as_secs_f64().max(1e-9),
+    });
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = s.client.clone();
+        let job = job.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..single / 8 {
+                client.enqueue(&job).await?;
+            }
+            Ok::<(), Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await
+            .map_err(|e| Error::invalid("bench", format!("an enqueue task failed: {e}")))??;
+    }
+    out.push(EnqueuePoint {
+        mode: "single x8".into(),
+        jobs: single / 8 * 8,
+        jobs_per_s: (single / 8 * 8) as f64 / started.elapsed().as_secs_f64().max(1e-9),
+    });
+    for size in [1_000usize, 10_000] {
+        let batch: Vec<NewJob> = (0..size).map(|_| job.clone()).collect();
+        let rounds = (jobs / size).max(1);
+        let started = Instant::now();
+        for _ in 0..rounds {
+            s.client.enqueue_many(&batch).await?;
+        }
+        out.push(EnqueuePoint {
+            mode: format!("batch {size}"),
+            jobs: rounds * size,
+            jobs_per_s: (rounds * size) as f64 / started.elapsed().as_secs_f64().max(1e-9),
+        });
+    }
+    s.drop_now().await?;
+    Ok(out)
+}
+
+/// One history point.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HistoryPoint {
+    /// Finished rows kept in the table.
+    pub finished_rows: i64,
+    /// Claim-and-complete round trips measured.
+    pub claims: usize,
+    /// Median claim latency, milliseconds.
+    pub claim_p50_ms: f64,
+    /// 99th percentile.
+    pub claim_p99_ms: f64,
+}
+
+/// Claim latency (one job per claim, then its completion) with `rows` finished jobs kept in
+/// the table, for each size in `sizes`.
+pub async fn history(
+    url: &str,
+    base: &str,
+    sizes: &[i64],
+    claims: usize,
+) -> Result<Vec<HistoryPoint>> {
+    const OP: &str = "run the history benchmark";
+    let mut out = Vec::new();
+    for &rows in sizes {
+        let s = Scratch::new(url, base, "hist", 4).await?;
+        {
+            let conn = s.client.conn(OP).await?;
+            let mut left = rows;
+            while left > 0 {
+                let n = left.min(1_000_000);
+                conn.execute_typed(&s.client.sql().bench_fill_history, &[(&n, Type::INT8)])
+                    .await
+                    .map_err(Error::db(OP))?;
+                left -= n;
+            }
+        }
+        s.fill(claims).await?;
+        let conn = s.client.conn(OP).await?;
+        let sql = s.client.sql();
+        let mut lat = Vec::with_capacity(claims);
+        for _ in 0..claims {
+            let started = Instant::now();
+            let jobs = db::job::claim(&**conn, sql, QUEUE, 1, LEASE_US)
+                .await
+                .map_err(Error::db(OP))?;
+            lat.push(started.elapsed().as_secs_f64() * 1000.0);
+            for j in jobs {
+                let _ = db::job::complete(&**conn, sql, j.id, j.attempt)
+                    .await
+                    .map_err(Error::db(OP))?;
+            }
+        }
+        drop(conn);
+        s.drop_now().await?;
+        lat.sort_by(f64::total_cmp);
+        out.push(HistoryPoint {
+            finished_rows: rows,
+            claims,
+            claim_p50_ms: pct(&lat, 0.5),
+            claim_p99_ms: pct(&lat, 0.99),
+        });
+    }
+    Ok(out)
+}
+
+/// One footprint phase.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FootprintPoint {
+    /// `steady`, or with a bystander: `before`, `during`, `after`.
+    pub phase: String,
+    /// Offered jobs per second.
+    pub rate: f64,
+    /// Jobs started in the phase.
+    pub jobs: usize,
+    /// Jobs started per second in the phase.
+    pub jobs_per_s: f64,
+    /// Dead tuples of the jobs table, sampled each second: median and maximum.
+    pub dead_median: i64,
+    /// Maximum.
+    pub dead_max: i64,
+    /// Table size with indexes at the end of the phase, bytes.
+    pub table_bytes: i64,
+    /// WAL bytes per job in the phase.
+    pub wal_bytes_per_job: f64,
+    /// Transactions (committed or rolled back, whole database) per job in the phase.
+    pub transactions_per_job: f64,
+    /// Enqueue-to-start latency in the phase, milliseconds.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+}
+
+/// A worker with default settings at a steady `rate` for `duration`. With `bystander`, a
+/// `REPEATABLE READ` transaction stays open through the middle third, and each third is
+/// reported on its own.
+pub async fn footprint(
+    url: &str,
+    base: &str,
+    rate: f64,
+    duration: Duration,
+    bystander: bool,
+) -> Result<Vec<FootprintPoint>> {
+    const OP: &str = "run the footprint benchmark";
+    let s = Scratch::new(url, base, "foot", 16).await?;
+    let samples = Arc::new(Mutex::new(Vec::<(Instant, f64)>::new()));
+    let registry = {
+        let samples = samples.clone();
+        Registry::new().register_handler(
+            "noop",
+            JobOptions::default(),
+            move |_p: String, ctx: JobContext| {
+                let samples = samples.clone();
+                async move {
+                    let ms = ctx
+                        .claimed_at
+                        .duration_since(ctx.created_at)
+                        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+                    samples
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((Instant::now(), ms));
+                    Ok::<(), JobError>(())
+                }
+            },
+        )
+    };
+    let worker = Worker::builder(s.client.clone(), registry)
+        .queue(QUEUE, 50)
+        .build()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    let phases: Vec<(&str, Duration)> = if bystander {
+        vec![
+            ("before", duration / 3),
+            ("during", duration / 3),
+            ("after", duration / 3),
+        ]
+    } else {
+        vec![("steady", duration)]
+    };
+    let counters_conn = s.client.conn(OP).await?;
+    let schema = s.client.schema().name().to_owned();
+    let counters = |c: &tokio_postgres::Row| -> Result<(i64, i64, i64, i64)> {
+        Ok((
+            c.try_get(0).map_err(Error::db(OP))?,
+            c.try_get(1).map_err(Error::db(OP))?,
+            c.try_get(2).map_err(Error::db(OP))?,
+            c.try_get(3).map_err(Error::db(OP))?,
+        ))
+    };
+    let read = || async {
+        counters_conn
+            .query_typed_one(&s.client.sql().bench_counters, &[(&schema, Type::TEXT)])
+            .await
+            .map_err(Error::db(OP))
+    };
+    let mut out = Vec::new();
+    let mut held: Option<Bystander> = None;
+    for (phase, len) in phases {
+        if phase == "during" {
+            // The bystander: a REPEATABLE READ transaction that reads once and stays open.
+            let (release, released) = tokio::sync::oneshot::channel::<()>();
+            let (url, statement, schema) = (
+                url.to_owned(),
+                s.client.sql().bench_counters.clone(),
+                schema.clone(),
+            );
+            let (opened_tx, opened) = tokio::sync::oneshot::channel::<()>();
+            let h = tokio::spawn(async move {
+                let (mut c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                let tx = c
+                    .build_transaction()
+                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                    .start()
+                    .await?;
+                tx.query_typed(&statement, &[(&schema, Type::TEXT)]).await?;
+                let _ = opened_tx.send(());
+                let _ = released.await;
+                tx.commit().await
+            });
+            let _ = opened.await;
+            held = Some((release, h));
+        }
+        if phase == "after" {
+            if let Some((release, h)) = held.take() {
+                let _ = release.send(());
+                let _ = h.await;
+            }
+        }
+        let (wal0, tx0, _, _) = counters(&read().await?)?;
+        let started = Instant::now();
+        let from = samples.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let sampler = async {
+            let mut dead = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            while started.elapsed() < len {
+                tick.tick().await;
+                if let Ok(row) = read().await {
+                    if let Ok((_, _, d, _)) = counters(&row) {
+                        dead.push(d);
+                    }
+                }
+            }
+            dead
+        };
+        let (sent, mut dead) = tokio::join!(offer(&s.client, rate, len), sampler);
+        let _ = sent?;
+        let (wal1, tx1, _, bytes) = counters(&read().await?)?;
+        let mut lat: Vec<f64> = samples.lock().unwrap_or_else(|p| p.into_inner())[from..]
+            .iter()
+            .map(|s| s.1)
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        dead.sort_unstable();
+        let jobs = lat.len();
+        out.push(FootprintPoint {
+            phase: phase.to_owned(),
+            rate,
+            jobs,
+            jobs_per_s: jobs as f64 / started.elapsed().as_secs_f64().max(1e-9),
+            dead_median: dead.get(dead.len() / 2).copied().unwrap_or(0),
+            dead_max: dead.last().copied().unwrap_or(0),
+            table_bytes: bytes,
+            wal_bytes_per_job: (wal1 - wal0) as f64 / jobs.max(1) as f64,
+            transactions_per_job: (tx1 - tx0) as f64 / jobs.max(1) as f64,
+            p50_ms: pct(&lat, 0.5),
+            p99_ms: pct(&lat, 0.99),
+        });
+    }
+    drop(counters_conn);
+    let _ = stop.send(());
+    let _ = handle.await;
+    s.drop_now().await?;
+    Ok(out)
+}
+
+/// A bystander transaction: release it, then join it.
+type Bystander = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::result::Result<(), tokio_postgres::Error>>,
+);
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}

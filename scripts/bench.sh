@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs the whole benchmark suite on a throwaway PostgreSQL cluster and rewrites
+# docs/BENCHMARKS.md with the figures (a "## Notes" section at its end is kept).
+#
+#   scripts/bench.sh            # the full suite (about 35 minutes on 2 cores)
+#   scripts/bench.sh --quick    # tiny sizes, to check that everything runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release -q -p skiplock-cli
+bin=target/release/skiplock
+home="$(mktemp -d)"
+export SKIPLOCK_HOME="$home"
+trap '"$bin" pg stop >/dev/null 2>&1 || true; rm -rf "$home"' EXIT
+url="$("$bin" pg url)"
+
+out=docs/BENCHMARKS.md
+notes=""
+if [[ -f "$out" ]] && grep -q '^## Notes' "$out"; then
+  notes="$(sed -n '/^## Notes/,$p' "$out")"
+fi
+"$bin" --database-url "$url" bench all --markdown "$@" > "$out.new"
+if [[ -n "$notes" ]]; then
+  printf '\n%s\n' "$notes" >> "$out.new"
+fi
+mv "$out.new" "$out"
+echo "wrote $out"
