@@ -38,6 +38,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "enqueue_function",
         sql: include_str!("../migrations/0003_enqueue_function.sql"),
     },
+    Migration {
+        version: 4,
+        name: "autovacuum",
+        sql: include_str!("../migrations/0004_autovacuum.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
