@@ -66,6 +66,31 @@ impl Scratch {
     }
 }
 
+/// When each job started, and its enqueue-to-start latency (ms, database clock).
+type Samples = Arc<Mutex<Vec<(Instant, f64)>>>;
+
+/// A no-op handler that records each job's latency.
+fn recording_registry(samples: Samples) -> Registry {
+    Registry::new().register_handler(
+        "noop",
+        JobOptions::default(),
+        move |_p: String, ctx: JobContext| {
+            let samples = samples.clone();
+            async move {
+                let ms = ctx
+                    .claimed_at
+                    .duration_since(ctx.created_at)
+                    .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+                samples
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((Instant::now(), ms));
+                Ok::<(), JobError>(())
+            }
+        },
+    )
+}
+
 fn noop_registry() -> Registry {
     Registry::new().register_handler(
         "noop",
@@ -225,25 +250,8 @@ pub async fn latency(
     listen: bool,
 ) -> Result<LatencyPoint> {
     let s = Scratch::new(url, base, "lat", 16).await?;
-    let samples = Arc::new(Mutex::new(Vec::<f64>::new()));
-    let registry = {
-        let samples = samples.clone();
-        Registry::new().register_handler(
-            "noop",
-            JobOptions::default(),
-            move |_p: String, ctx: JobContext| {
-                let samples = samples.clone();
-                async move {
-                    let ms = ctx
-                        .claimed_at
-                        .duration_since(ctx.created_at)
-                        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-                    samples.lock().unwrap_or_else(|p| p.into_inner()).push(ms);
-                    Ok::<(), JobError>(())
-                }
-            },
-        )
-    };
+    let samples: Samples = Arc::default();
+    let registry = recording_registry(samples.clone());
     let mut b = Worker::builder(s.client.clone(), registry).queue(QUEUE, 50);
     if !listen {
         b = b.listen(false).poll_interval(Some(Duration::from_secs(1)));
@@ -264,7 +272,12 @@ pub async fn latency(
     }
     let _ = stop.send(());
     let _ = handle.await;
-    let mut v = samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut v: Vec<f64> = samples
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|s| s.1)
+        .collect();
     s.drop_now().await?;
     v.sort_by(f64::total_cmp);
     Ok(LatencyPoint {
@@ -484,28 +497,8 @@ pub async fn footprint(
 ) -> Result<Vec<FootprintPoint>> {
     const OP: &str = "run the footprint benchmark";
     let s = Scratch::new(url, base, "foot", 16).await?;
-    let samples = Arc::new(Mutex::new(Vec::<(Instant, f64)>::new()));
-    let registry = {
-        let samples = samples.clone();
-        Registry::new().register_handler(
-            "noop",
-            JobOptions::default(),
-            move |_p: String, ctx: JobContext| {
-                let samples = samples.clone();
-                async move {
-                    let ms = ctx
-                        .claimed_at
-                        .duration_since(ctx.created_at)
-                        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-                    samples
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((Instant::now(), ms));
-                    Ok::<(), JobError>(())
-                }
-            },
-        )
-    };
+    let samples: Samples = Arc::default();
+    let registry = recording_registry(samples.clone());
     let worker = Worker::builder(s.client.clone(), registry)
         .queue(QUEUE, 50)
         .build()?;

@@ -591,6 +591,29 @@ impl Worker {
     }
 }
 
+/// Runs a maintenance `round` every `interval` until the services stop. With the poll off,
+/// a round runs only if there was real work since the last one (see
+/// [`Shared::worked_since`]), so that an idle worker sends nothing.
+pub(crate) async fn maintain<F, Fut>(shared: &Shared, interval: Duration, mut round: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut seen = shared.activity();
+    loop {
+        tokio::select! {
+            () = shared.stop_services.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if shared.worked_since(&mut seen) {
+            round().await;
+        }
+    }
+}
+
 /// A small pseudo-random jitter in `0..max` for reconnect and retry backoffs (no need for
 /// cryptographic randomness; only to keep workers from moving in lockstep).
 pub(crate) fn jitter(max: Duration) -> Duration {

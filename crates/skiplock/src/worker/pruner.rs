@@ -9,22 +9,12 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     let Some(opts) = shared.cfg.prune else {
         return;
     };
-    let mut tick = tokio::time::interval(shared.cfg.prune_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    let mut seen = shared.activity();
-    loop {
-        tokio::select! {
-            () = shared.stop_services.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if !shared.worked_since(&mut seen) {
-            continue;
-        }
+    super::maintain(&shared, shared.cfg.prune_interval, || async {
         match shared.client.prune(opts).await {
             Ok(r) if r.skipped => tracing::debug!("another process is pruning"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %super::producer::error_chain(&e), "pruning failed"),
         }
-    }
+    })
+    .await;
 }

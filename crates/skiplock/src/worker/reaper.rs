@@ -9,21 +9,7 @@ use crate::db;
 use crate::error::Error;
 
 pub(crate) async fn run(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(shared.cfg.reap_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    let mut seen = shared.activity();
-    loop {
-        tokio::select! {
-            () = shared.stop_services.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if !shared.worked_since(&mut seen) {
-            // Idle with polling off: send nothing, so a scale-to-zero database can sleep.
-            continue;
-        }
-        run_once(&shared).await;
-    }
+    super::maintain(&shared, shared.cfg.reap_interval, || run_once(&shared)).await;
 }
 
 /// One reaper round; errors are logged (the next round tries again).
