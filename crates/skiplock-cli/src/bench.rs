@@ -93,6 +93,8 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                     "scenario": "throughput", "jobs": p.jobs, "concurrency": p.concurrency,
                     "batch": p.batch, "jobs_per_s": p.jobs_per_s,
                     "ceiling_jobs_per_s": p.ceiling_jobs_per_s, "ratio": p.ratio,
+                    "prepared_jobs_per_s": p.prepared_jobs_per_s,
+                    "prepared_ceiling_jobs_per_s": p.prepared_ceiling_jobs_per_s,
                 }));
             }
             rows.push(p);
@@ -117,22 +119,25 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             }));
         }
         let mut t = String::from(
-            "| concurrency | batch | worker jobs/s | ceiling jobs/s | ratio |\n|---:|---:|---:|---:|---:|\n",
+            "| concurrency | batch | worker jobs/s | ceiling jobs/s | ratio | worker, prepared | ceiling, prepared | ratio, prepared |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for p in &rows {
             let _ = writeln!(
                 t,
-                "| {} | {} | {:.0} | {:.0} | {:.0}% |",
+                "| {} | {} | {:.0} | {:.0} | {:.0}% | {:.0} | {:.0} | {:.0}% |",
                 p.concurrency,
                 p.batch,
                 p.jobs_per_s,
                 p.ceiling_jobs_per_s,
-                p.ratio * 100.0
+                p.ratio * 100.0,
+                p.prepared_jobs_per_s,
+                p.prepared_ceiling_jobs_per_s,
+                p.prepared_jobs_per_s / p.prepared_ceiling_jobs_per_s.max(1e-9) * 100.0
             );
         }
         let _ = writeln!(
             t,
-            "\nA worker with every setting at its default (queue concurrency 10): {defaults:.0} jobs/s, {:.0}% of the best tuned point above.",
+            "\nThe worker and the ceiling send each statement unnamed with its parameter types (`query_typed`: one round trip, works through PgBouncer in transaction mode); the prepared columns run the same worker with `ClientBuilder::prepared_statements(true)` (`skiplock work --prepared-statements`) and the same ceiling with named prepared statements, parsed and planned once per connection.\n\nA worker with every setting at its default (queue concurrency 10): {defaults:.0} jobs/s, {:.0}% of the best tuned point above.",
             defaults / best.max(1e-9) * 100.0
         );
         section(

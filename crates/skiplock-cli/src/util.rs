@@ -52,11 +52,29 @@ impl Target {
         self.client_with(pool_size, true).await
     }
 
+    /// A client on the target with named prepared statements on or off.
+    pub async fn client_prepared(
+        &self,
+        pool_size: usize,
+        prepared: bool,
+    ) -> anyhow::Result<Client> {
+        self.build(pool_size, true, prepared).await
+    }
+
     /// A client on the target, migrating the embedded default only if `auto_migrate`.
     pub async fn client_with(
         &self,
         pool_size: usize,
         auto_migrate: bool,
+    ) -> anyhow::Result<Client> {
+        self.build(pool_size, auto_migrate, false).await
+    }
+
+    async fn build(
+        &self,
+        pool_size: usize,
+        auto_migrate: bool,
+        prepared: bool,
     ) -> anyhow::Result<Client> {
         let embedded = auto_migrate && self.url.as_deref().is_none_or(|u| u.trim().is_empty());
         let url = self.url().await?;
@@ -65,6 +83,7 @@ impl Target {
             .pool_size(pool_size.max(1))
             .application_name("skiplock-cli")
             .server_timeouts(self.server_timeouts.then(skiplock::ServerTimeouts::default))
+            .prepared_statements(prepared)
             .build()?;
         if embedded {
             client.migrate().await?;

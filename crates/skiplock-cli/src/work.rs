@@ -82,6 +82,10 @@ pub struct Args {
     /// Close pool connections unused for this long, or `off` (the LISTEN connection stays).
     #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5m")]
     idle_timeout: Poll,
+    /// Use named prepared statements for claims, outcomes and heartbeats (faster; not through
+    /// PgBouncer in transaction mode unless it supports them).
+    #[arg(long)]
+    prepared_statements: bool,
     /// URL of the LISTEN connection, if it must differ from --database-url (PgBouncer).
     #[arg(long)]
     listen_url: Option<String>,
@@ -118,7 +122,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         args.queues.clone()
     };
     let concurrency: usize = queues.iter().map(|q| q.1).sum();
-    let client = target.client(concurrency.clamp(4, 32)).await?;
+    let client = target
+        .client_prepared(concurrency.clamp(4, 32), args.prepared_statements)
+        .await?;
     let mut builder = Worker::builder(client, registry)
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)

@@ -115,6 +115,12 @@ pub struct ThroughputPoint {
     pub ceiling_jobs_per_s: f64,
     /// `jobs_per_s / ceiling_jobs_per_s`.
     pub ratio: f64,
+    /// The worker with named prepared statements ([`ClientBuilder::prepared_statements`](crate::ClientBuilder::prepared_statements)).
+    pub prepared_jobs_per_s: f64,
+    /// The same ceiling with named prepared statements (parsed and planned once per
+    /// connection), which PgBouncer in transaction mode does not allow: what the unnamed
+    /// statements cost.
+    pub prepared_ceiling_jobs_per_s: f64,
 }
 
 /// `jobs` no-op jobs through one worker with queue concurrency `concurrency` and claims of
@@ -137,12 +143,30 @@ pub async fn throughput(
     };
     let worker = Worker::builder(s.client.clone(), noop_registry())
         .queue(QUEUE, concurrency)
-        .config(cfg)
+        .config(cfg.clone())
         .build()?;
     let started = Instant::now();
     let stats = worker.run_until_idle().await?;
     let worker_s = started.elapsed().as_secs_f64();
     let done = stats.done as usize;
+    s.drop_now().await?;
+
+    let s = Scratch::new(url, base, "tprep", loops + 4).await?;
+    s.fill(jobs).await?;
+    let prepared_client = Client::builder(url)
+        .schema(s.client.schema().name())
+        .pool_size(loops + 4)
+        .application_name("skiplock-bench")
+        .prepared_statements(true)
+        .build()?;
+    let worker = Worker::builder(prepared_client, noop_registry())
+        .queue(QUEUE, concurrency)
+        .config(cfg.clone())
+        .build()?;
+    let started = Instant::now();
+    let prepared_stats = worker.run_until_idle().await?;
+    let prepared_jobs_per_s =
+        prepared_stats.done as f64 / started.elapsed().as_secs_f64().max(1e-9);
     s.drop_now().await?;
 
     let s = Scratch::new(url, base, "ceil", loops + 2).await?;
@@ -163,6 +187,26 @@ pub async fn throughput(
     }
     let ceiling_s = started.elapsed().as_secs_f64();
     s.drop_now().await?;
+
+    let s = Scratch::new(url, base, "prep", loops + 2).await?;
+    s.fill(jobs).await?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..loops {
+        let client = s.client.clone();
+        tasks.push(tokio::spawn(async move {
+            prepared_ceiling_loop(client, batch).await
+        }));
+    }
+    let mut prepared_done = 0usize;
+    for t in tasks {
+        prepared_done += t
+            .await
+            .map_err(|e| Error::invalid("bench", format!("a ceiling task failed: {e}")))??;
+    }
+    let prepared_s = started.elapsed().as_secs_f64();
+    s.drop_now().await?;
+
     let jobs_per_s = done as f64 / worker_s.max(1e-9);
     let ceiling = ceiling_done as f64 / ceiling_s.max(1e-9);
     Ok(ThroughputPoint {
@@ -172,7 +216,59 @@ pub async fn throughput(
         jobs_per_s,
         ceiling_jobs_per_s: ceiling,
         ratio: jobs_per_s / ceiling.max(1e-9),
+        prepared_jobs_per_s,
+        prepared_ceiling_jobs_per_s: prepared_done as f64 / prepared_s.max(1e-9),
     })
+}
+
+/// The ceiling loop with named prepared statements.
+async fn prepared_ceiling_loop(client: Client, batch: u32) -> Result<usize> {
+    const OP: &str = "run the prepared ceiling loop";
+    let conn = client.conn(OP).await?;
+    let sql = client.sql();
+    let claim = conn
+        .prepare_typed(&sql.claim, &[Type::TEXT, Type::INT8, Type::INT8])
+        .await
+        .map_err(Error::db(OP))?;
+    let finish = conn
+        .prepare_typed(
+            &sql.finish_many,
+            &[
+                Type::INT8_ARRAY,
+                Type::INT4_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+                Type::INT8_ARRAY,
+            ],
+        )
+        .await
+        .map_err(Error::db(OP))?;
+    let limit = i64::from(batch);
+    let mut done = 0;
+    loop {
+        let rows = conn
+            .query(&claim, &[&QUEUE, &limit, &LEASE_US])
+            .await
+            .map_err(Error::db(OP))?;
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
+        let attempts: Vec<i32> = rows.iter().map(|r| r.get("attempts")).collect();
+        let outcomes = vec!["done"; ids.len()];
+        let errors = vec![""; ids.len()];
+        let zeros = vec![0i64; ids.len()];
+        done += conn
+            .query(
+                &finish,
+                &[&ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros],
+            )
+            .await
+            .map_err(Error::db(OP))?
+            .len();
+    }
 }
 
 async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
@@ -181,7 +277,7 @@ async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
     let sql = client.sql();
     let mut done = 0;
     loop {
-        let jobs = db::job::claim(&**conn, sql, QUEUE, i64::from(batch), LEASE_US)
+        let jobs = db::job::claim(&**conn, None, sql, QUEUE, i64::from(batch), LEASE_US)
             .await
             .map_err(Error::db(OP))?;
         if jobs.is_empty() {
@@ -199,7 +295,7 @@ async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
                 cap_us: 0,
             })
             .collect();
-        done += db::job::finish_many(&**conn, sql, &finish)
+        done += db::job::finish_many(&**conn, None, sql, &finish)
             .await
             .map_err(Error::db(OP))?
             .len();
@@ -434,7 +530,7 @@ pub async fn history(
         let mut lat = Vec::with_capacity(claims);
         for _ in 0..claims {
             let started = Instant::now();
-            let jobs = db::job::claim(&**conn, sql, QUEUE, 1, LEASE_US)
+            let jobs = db::job::claim(&**conn, None, sql, QUEUE, 1, LEASE_US)
                 .await
                 .map_err(Error::db(OP))?;
             lat.push(started.elapsed().as_secs_f64() * 1000.0);

@@ -111,6 +111,7 @@ struct Inner {
     schema: Schema,
     sql: Sql,
     max_payload_bytes: usize,
+    prepared_statements: bool,
     /// The connection settings, when known (not for a client built from a pool): workers
     /// open their LISTEN connection with them.
     config: Option<tokio_postgres::Config>,
@@ -141,6 +142,7 @@ pub struct ClientBuilder {
     pool_size: usize,
     application_name: Option<String>,
     server_timeouts: Option<ServerTimeouts>,
+    prepared_statements: bool,
 }
 
 impl ClientBuilder {
@@ -179,6 +181,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Use named prepared statements (parsed and planned once per connection) for the hot
+    /// path: claims, outcome writes and heartbeats. Faster (see docs/BENCHMARKS.md), but not
+    /// through PgBouncer in transaction mode before 1.21 (or without its
+    /// `max_prepared_statements`). Default false: unnamed statements, one round trip each,
+    /// that work everywhere.
+    pub fn prepared_statements(mut self, yes: bool) -> Self {
+        self.prepared_statements = yes;
+        self
+    }
+
     /// Checks the settings and builds the client. Connects lazily: the first call that
     /// needs the database opens the first connection.
     pub fn build(self) -> Result<Client> {
@@ -210,6 +222,7 @@ impl ClientBuilder {
                 schema,
                 pool,
                 max_payload_bytes: self.max_payload_bytes,
+                prepared_statements: self.prepared_statements,
                 config,
             }),
         })
@@ -258,6 +271,7 @@ impl Client {
             pool_size: DEFAULT_POOL_SIZE,
             application_name: None,
             server_timeouts: Some(ServerTimeouts::default()),
+            prepared_statements: false,
         }
     }
 
@@ -280,6 +294,14 @@ impl Client {
     /// pool).
     pub fn config(&self) -> Option<&tokio_postgres::Config> {
         self.inner.config.as_ref()
+    }
+
+    /// The statement cache to use on `conn`, if prepared statements are on.
+    pub(crate) fn cache<'a>(
+        &self,
+        conn: &'a deadpool_postgres::Object,
+    ) -> crate::db::job::Cache<'a> {
+        self.inner.prepared_statements.then_some(&**conn)
     }
 
     pub(crate) fn sql(&self) -> &Sql {
@@ -397,9 +419,16 @@ impl Client {
             return Ok(Vec::new());
         }
         let conn = self.conn("claim jobs").await?;
-        db::job::claim(&**conn, &self.inner.sql, queue, i64::from(limit), lease_us)
-            .await
-            .map_err(Error::db("claim jobs"))
+        db::job::claim(
+            &**conn,
+            self.cache(&conn),
+            &self.inner.sql,
+            queue,
+            i64::from(limit),
+            lease_us,
+        )
+        .await
+        .map_err(Error::db("claim jobs"))
     }
 
     /// Marks a job done (S4), if it is still `running` with this `attempt`.

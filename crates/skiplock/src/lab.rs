@@ -223,9 +223,10 @@ async fn claimer(
                     .map_err(Error::db("run a lab claim"))?
             }
             ClaimMethod::SkipLocked => {
-                let jobs = db::job::claim(c, &sql, LAB_QUEUE, i64::from(opts.batch), 300_000_000)
-                    .await
-                    .map_err(Error::db("claim jobs"))?;
+                let jobs =
+                    db::job::claim(c, None, &sql, LAB_QUEUE, i64::from(opts.batch), 300_000_000)
+                        .await
+                        .map_err(Error::db("claim jobs"))?;
                 let mut got = Vec::with_capacity(jobs.len());
                 for j in jobs {
                     if !db::job::complete(c, &sql, j.id, j.attempt)

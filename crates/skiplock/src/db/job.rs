@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error, GenericClient, Row};
 
 use super::Sql;
@@ -14,6 +14,28 @@ use crate::job::{
     ClaimedJob, EncodedBatch, EncodedJob, FailOutcome, JobId, JobRow, JobState, ReapedJob,
     Transition,
 };
+
+/// For the hot-path statements: a pooled connection whose statement cache to use (named
+/// prepared statements, parsed and planned once per connection), or `None` for unnamed
+/// statements (one round trip, PgBouncer-safe).
+pub(crate) type Cache<'a> = Option<&'a deadpool_postgres::ClientWrapper>;
+
+async fn rows<C: GenericClient + Sync>(
+    c: &C,
+    cache: Cache<'_>,
+    statement: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, Error> {
+    match cache {
+        Some(w) => {
+            let types: Vec<Type> = params.iter().map(|p| p.1.clone()).collect();
+            let prepared = w.prepare_typed_cached(statement, &types).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.0).collect();
+            w.query(&prepared, &values).await
+        }
+        None => c.query_typed(statement, params).await,
+    }
+}
 
 pub(crate) async fn insert<C: GenericClient + Sync>(
     c: &C,
@@ -64,21 +86,23 @@ pub(crate) async fn insert_many<C: GenericClient + Sync>(
 
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
+    cache: Cache<'_>,
     sql: &Sql,
     queue: &str,
     limit: i64,
     lease_us: i64,
 ) -> Result<Vec<ClaimedJob>, Error> {
-    let rows = c
-        .query_typed(
-            &sql.claim,
-            &[
-                (&queue, Type::TEXT),
-                (&limit, Type::INT8),
-                (&lease_us, Type::INT8),
-            ],
-        )
-        .await?;
+    let rows = rows(
+        c,
+        cache,
+        &sql.claim,
+        &[
+            (&queue, Type::TEXT),
+            (&limit, Type::INT8),
+            (&lease_us, Type::INT8),
+        ],
+    )
+    .await?;
     let mut jobs = rows
         .iter()
         .map(claimed_job)
@@ -245,6 +269,7 @@ pub(crate) struct Finish {
 /// Writes many outcomes; returns `(id, status, run_at)` of the rows written.
 pub(crate) async fn finish_many<C: GenericClient + Sync>(
     c: &C,
+    cache: Cache<'_>,
     sql: &Sql,
     batch: &[Finish],
 ) -> Result<Vec<(JobId, JobState, SystemTime)>, Error> {
@@ -255,20 +280,21 @@ pub(crate) async fn finish_many<C: GenericClient + Sync>(
     let delays: Vec<i64> = batch.iter().map(|f| f.delay_us).collect();
     let bases: Vec<i64> = batch.iter().map(|f| f.base_us).collect();
     let caps: Vec<i64> = batch.iter().map(|f| f.cap_us).collect();
-    let rows = c
-        .query_typed(
-            &sql.finish_many,
-            &[
-                (&ids, Type::INT8_ARRAY),
-                (&attempts, Type::INT4_ARRAY),
-                (&outcomes, Type::TEXT_ARRAY),
-                (&errors, Type::TEXT_ARRAY),
-                (&delays, Type::INT8_ARRAY),
-                (&bases, Type::INT8_ARRAY),
-                (&caps, Type::INT8_ARRAY),
-            ],
-        )
-        .await?;
+    let rows = rows(
+        c,
+        cache,
+        &sql.finish_many,
+        &[
+            (&ids, Type::INT8_ARRAY),
+            (&attempts, Type::INT4_ARRAY),
+            (&outcomes, Type::TEXT_ARRAY),
+            (&errors, Type::TEXT_ARRAY),
+            (&delays, Type::INT8_ARRAY),
+            (&bases, Type::INT8_ARRAY),
+            (&caps, Type::INT8_ARRAY),
+        ],
+    )
+    .await?;
     rows.iter()
         .map(|r| {
             let status: &str = r.try_get(1)?;
@@ -284,22 +310,24 @@ pub(crate) async fn finish_many<C: GenericClient + Sync>(
 /// Renews many leases; returns the ids renewed.
 pub(crate) async fn extend_many<C: GenericClient + Sync>(
     c: &C,
+    cache: Cache<'_>,
     sql: &Sql,
     jobs: &[(JobId, i32)],
     lease_us: i64,
 ) -> Result<Vec<JobId>, Error> {
     let ids: Vec<i64> = jobs.iter().map(|j| j.0 .0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
-    let rows = c
-        .query_typed(
-            &sql.extend_many,
-            &[
-                (&ids, Type::INT8_ARRAY),
-                (&attempts, Type::INT4_ARRAY),
-                (&lease_us, Type::INT8),
-            ],
-        )
-        .await?;
+    let rows = rows(
+        c,
+        cache,
+        &sql.extend_many,
+        &[
+            (&ids, Type::INT8_ARRAY),
+            (&attempts, Type::INT4_ARRAY),
+            (&lease_us, Type::INT8),
+        ],
+    )
+    .await?;
     rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
 }
 

@@ -93,8 +93,13 @@ async fn flush(shared: &Shared, batch: &mut Vec<Finish>) {
 
 async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<(JobId, JobState)>, Error> {
     let conn = shared.client.conn("write job outcomes").await?;
-    let rows = db::job::finish_many(&**conn, shared.client.sql(), batch)
-        .await
-        .map_err(Error::db("write job outcomes"))?;
+    let rows = db::job::finish_many(
+        &**conn,
+        shared.client.cache(&conn),
+        shared.client.sql(),
+        batch,
+    )
+    .await
+    .map_err(Error::db("write job outcomes"))?;
     Ok(rows.into_iter().map(|(id, s, _)| (id, s)).collect())
 }

@@ -56,7 +56,13 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 
 async fn extend(shared: &Shared, held: &[(JobId, i32)]) -> Result<Vec<JobId>, Error> {
     let conn = shared.client.conn("renew leases").await?;
-    db::job::extend_many(&**conn, shared.client.sql(), held, shared.lease_us)
-        .await
-        .map_err(Error::db("renew leases"))
+    db::job::extend_many(
+        &**conn,
+        shared.client.cache(&conn),
+        shared.client.sql(),
+        held,
+        shared.lease_us,
+    )
+    .await
+    .map_err(Error::db("renew leases"))
 }

@@ -120,6 +120,7 @@ async fn claim(
         let conn = shared.client.conn("claim jobs").await?;
         db::job::claim(
             &**conn,
+            shared.client.cache(&conn),
             shared.client.sql(),
             &slot.name,
             i64::from(want),

@@ -757,3 +757,28 @@ async fn an_idle_worker_with_polling_off_sends_nothing() {
     stop.send(()).unwrap();
     handle.await.unwrap();
 }
+
+/// The same work with named prepared statements on the hot path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_process_jobs_the_same() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..500).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let client = Client::builder(b.db.url())
+        .schema(b.db.schema())
+        .prepared_statements(true)
+        .build()
+        .unwrap();
+    let stats = Worker::builder(
+        client,
+        Registry::new().register_handler("k", JobOptions::default(), noop()),
+    )
+    .queue("default", 16)
+    .build()
+    .unwrap()
+    .run_until_idle()
+    .await
+    .unwrap();
+    assert_eq!((stats.claimed, stats.done), (500, 500));
+    assert_eq!(b.count("status = 'done' AND attempts = 1").await, 500);
+}
