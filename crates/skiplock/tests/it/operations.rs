@@ -354,3 +354,79 @@ async fn connections_carry_server_timeouts() {
         .get(0);
     assert_eq!(st, "0");
 }
+
+/// The health report's dead tuples follow the article: they pile up while a transaction that
+/// wrote stays open (vacuum cannot remove them; the report names the session), and fall
+/// once it commits and vacuum runs. In a database of its own, so that no other test's
+/// transaction holds vacuum back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_dead_tuples_rise_while_a_transaction_is_open_and_fall_after() {
+    let db = TestDb::new_database().await;
+    let client = Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap();
+    client.migrate().await.unwrap();
+    let jobs: Vec<NewJob> = (0..2_001).map(|i| NewJob::new("k", &i)).collect();
+    client.enqueue_many(&jobs).await.unwrap();
+    // One claim left open in a transaction, as a worker holding it while it works would.
+    let mut holder = db.connect().await.unwrap();
+    let pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let tx = holder.transaction().await.unwrap();
+    tx.query_typed(
+        client.statement(skiplock::Statement::Claim),
+        &[
+            (&"default", tokio_postgres::types::Type::TEXT),
+            (&1i64, tokio_postgres::types::Type::INT8),
+            (&60_000_000i64, tokio_postgres::types::Type::INT8),
+        ],
+    )
+    .await
+    .unwrap();
+    // The others run 2,000 jobs: a claim and a completion each.
+    loop {
+        let batch = client.claim("default", 100, LEASE).await.unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        for j in batch {
+            let _ = client.complete(j.id, j.attempt).await.unwrap();
+        }
+    }
+    let raw = db.connect().await.unwrap();
+    let vacuum = format!("VACUUM \"{}\".jobs", db.schema());
+    raw.batch_execute(&vacuum).await.unwrap();
+    let dead = |client: Client| async move {
+        // The statistics arrive asynchronously: wait for them to settle.
+        let mut last = -1;
+        for _ in 0..40 {
+            let h = client.health(Duration::from_secs(3600)).await.unwrap();
+            let now = h.table.map_or(0, |t| t.n_dead_tup);
+            if now == last {
+                return (now, h.blockers);
+            }
+            last = now;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let h = client.health(Duration::from_secs(3600)).await.unwrap();
+        (h.table.map_or(0, |t| t.n_dead_tup), h.blockers)
+    };
+    let (while_open, blockers) = dead(client.clone()).await;
+    assert!(
+        while_open >= 2_000,
+        "dead tuples while the claim is open: {while_open}"
+    );
+    assert!(
+        blockers.iter().any(|b| b.pid == pid),
+        "the open session is named"
+    );
+    tx.commit().await.unwrap();
+    raw.batch_execute(&vacuum).await.unwrap();
+    let (after, blockers) = dead(client.clone()).await;
+    assert!(after < 100, "dead tuples after commit and vacuum: {after}");
+    assert!(blockers.iter().all(|b| b.pid != pid));
+}
