@@ -137,7 +137,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         }
         let _ = writeln!(
             t,
-            "\nThe worker and the ceiling send each statement unnamed with its parameter types (`query_typed`: one round trip, works through PgBouncer in transaction mode); the prepared columns run the same worker with `ClientBuilder::prepared_statements(true)` (`skiplock work --prepared-statements`) and the same ceiling with named prepared statements, parsed and planned once per connection.\n\nA worker with every setting at its default (queue concurrency 10): {defaults:.0} jobs/s, {:.0}% of the best tuned point above.",
+            "\nThe worker and the ceiling send each statement unnamed with its parameter types (`query_typed`: one round trip, works through PgBouncer in transaction mode); the prepared columns run the same worker with `ClientBuilder::prepared_statements(true)` (`skiplock work --prepared-statements`) (parsed once per connection, planned per execution) and the same ceiling with named prepared statements left to PostgreSQL's default plan caching.\n\nA worker with every setting at its default (queue concurrency 10): {defaults:.0} jobs/s, {:.0}% of the best tuned point above.",
             defaults / best.max(1e-9) * 100.0
         );
         section(

@@ -181,11 +181,13 @@ impl ClientBuilder {
         self
     }
 
-    /// Use named prepared statements (parsed and planned once per connection) for the hot
-    /// path: claims, outcome writes and heartbeats. Faster (see docs/BENCHMARKS.md), but not
-    /// through PgBouncer in transaction mode before 1.21 (or without its
-    /// `max_prepared_statements`). Default false: unnamed statements, one round trip each,
-    /// that work everywhere.
+    /// Use named prepared statements (parsed once per connection) for the hot path: claims,
+    /// outcome writes and heartbeats. Each execution is still planned with its own values
+    /// (`plan_cache_mode = force_custom_plan` on these connections): a generic plan cannot
+    /// know how many jobs a claim takes and may abandon the ready index, which made claims
+    /// several times slower in our benchmarks. Not through PgBouncer in transaction mode before
+    /// 1.21 (or without its `max_prepared_statements`). Default false: unnamed statements, one
+    /// round trip each, that work everywhere; docs/BENCHMARKS.md compares the two.
     pub fn prepared_statements(mut self, yes: bool) -> Self {
         self.prepared_statements = yes;
         self
@@ -210,6 +212,18 @@ impl ClientBuilder {
                 cfg.application_name(name);
             }
             harden(cfg, DEFAULT_APPLICATION_NAME, self.server_timeouts);
+            if self.prepared_statements {
+                // A generic plan for the claim cannot know how many jobs a claim takes and
+                // may give up the ready index; plan each execution with its values (the
+                // statement is still parsed only once).
+                let opts = match cfg.get_options() {
+                    Some(o) if !o.trim().is_empty() => {
+                        format!("{o} -c plan_cache_mode=force_custom_plan")
+                    }
+                    _ => "-c plan_cache_mode=force_custom_plan".to_owned(),
+                };
+                cfg.options(opts);
+            }
         }
         let pool = match (self.source, &config) {
             (Source::Pool(pool), _) => pool,
