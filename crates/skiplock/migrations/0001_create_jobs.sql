@@ -27,8 +27,13 @@ CREATE TABLE {schema}.jobs (
   -- and a job must be allowed at least one attempt.
   CONSTRAINT jobs_attempts_check     CHECK (attempts >= 0),
   CONSTRAINT jobs_max_attempts_check CHECK (max_attempts >= 1),
-  CONSTRAINT jobs_queue_check        CHECK (queue ~ '^[A-Za-z0-9_.-]{1,128}$'),
-  CONSTRAINT jobs_kind_check         CHECK (kind ~ '^[A-Za-z0-9_.:-]{1,128}$')
+  -- Names as the library and enqueue() allow them: 1 to 128 characters from [A-Za-z0-9_.-]
+  -- (and ':' in kinds). ltrim with the allowed set, not a regular expression: checked on
+  -- every inserted row, and several times cheaper, which batch inserts feel.
+  CONSTRAINT jobs_queue_check        CHECK (octet_length(queue) BETWEEN 1 AND 128 AND
+    ltrim(queue, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-') = ''),
+  CONSTRAINT jobs_kind_check         CHECK (octet_length(kind) BETWEEN 1 AND 128 AND
+    ltrim(kind, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:-') = '')
 );
 
 -- The ready index: only rows a claimer looks for, in exactly the claim order.
