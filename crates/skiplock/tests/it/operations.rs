@@ -387,17 +387,40 @@ async fn health_dead_tuples_rise_while_a_transaction_is_open_and_fall_after() {
     )
     .await
     .unwrap();
-    // The others run 2,000 jobs: a claim and a completion each.
+    // The others run 2,000 jobs: a claim and a completion each, on connections that then
+    // close (a backend reports its dead-tuple counts when it ends, or up to 10 s after it
+    // goes idle; closing makes the statistics settle now).
+    let app = format!("hdt-{}", db.schema());
+    let work = Client::builder(db.url())
+        .schema(db.schema())
+        .application_name(&app)
+        .build()
+        .unwrap();
     loop {
-        let batch = client.claim("default", 100, LEASE).await.unwrap();
+        let batch = work.claim("default", 100, LEASE).await.unwrap();
         if batch.is_empty() {
             break;
         }
         for j in batch {
-            let _ = client.complete(j.id, j.attempt).await.unwrap();
+            let _ = work.complete(j.id, j.attempt).await.unwrap();
         }
     }
+    drop(work);
     let raw = db.connect().await.unwrap();
+    for _ in 0..100 {
+        let left: i64 = raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let vacuum = format!("VACUUM \"{}\".jobs", db.schema());
     raw.batch_execute(&vacuum).await.unwrap();
     let dead = |client: Client| async move {
@@ -425,6 +448,8 @@ async fn health_dead_tuples_rise_while_a_transaction_is_open_and_fall_after() {
         "the open session is named"
     );
     tx.commit().await.unwrap();
+    drop(holder);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     raw.batch_execute(&vacuum).await.unwrap();
     let (after, blockers) = dead(client.clone()).await;
     assert!(after < 100, "dead tuples after commit and vacuum: {after}");
