@@ -437,15 +437,6 @@ async fn header(url: &str, args: &Args) -> String {
 }
 
 async fn server_version(url: &str) -> Option<String> {
-    let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .ok()?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    c.query_one("SHOW server_version", &[])
-        .await
-        .ok()?
-        .try_get(0)
-        .ok()
+    let client = skiplock::Client::builder(url).pool_size(1).build().ok()?;
+    client.server_version().await.ok()
 }

@@ -282,10 +282,7 @@ fn registry(record: Arc<Mutex<Record>>) -> Registry {
         let record = record.clone();
         async move {
             if ctx.attempt == 1 {
-                let ms = ctx
-                    .claimed_at
-                    .duration_since(ctx.created_at)
-                    .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+                let ms = ctx.pickup_latency().as_secs_f64() * 1000.0;
                 record
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

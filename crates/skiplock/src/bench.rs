@@ -77,10 +77,7 @@ fn recording_registry(samples: Samples) -> Registry {
         move |_p: String, ctx: JobContext| {
             let samples = samples.clone();
             async move {
-                let ms = ctx
-                    .claimed_at
-                    .duration_since(ctx.created_at)
-                    .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
+                let ms = ctx.pickup_latency().as_secs_f64() * 1000.0;
                 samples
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

@@ -342,6 +342,16 @@ impl Client {
         migrate::migrate(client, &self.inner.schema).await
     }
 
+    /// The server's version string (`SHOW server_version`).
+    pub async fn server_version(&self) -> Result<String> {
+        const OP: &str = "read the server version";
+        let conn = self.conn(OP).await?;
+        conn.query_one(&self.inner.sql.server_version, &[])
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(Error::db(OP))
+    }
+
     /// Drops the schema and everything in it: jobs, archive, migrations record. For scratch
     /// schemas (the lab, the demo, tests); there is no undo.
     pub async fn drop_schema(&self) -> Result<()> {

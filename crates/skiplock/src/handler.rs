@@ -178,6 +178,14 @@ impl JobContext {
         self.cancel.cancelled().await
     }
 
+    /// How long the job waited from enqueue to this attempt's claim, by the database's clock
+    /// (zero if the clock went backwards).
+    pub fn pickup_latency(&self) -> Duration {
+        self.claimed_at
+            .duration_since(self.created_at)
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// The queue's client (for enqueueing follow-up jobs, or the pool).
     pub fn client(&self) -> &Client {
         &self.client

@@ -94,6 +94,7 @@ templates! {
     bench_fill_history => "bench_fill_history.sql",
     bench_counters => "bench_counters.sql",
     bench_vacuum => "bench_vacuum.sql",
+    server_version => "server_version.sql",
     schema_lock => "schema_lock.sql",
     schema_unlimit => "schema_unlimit.sql",
     schema_bootstrap => "schema_bootstrap.sql",

@@ -1,0 +1,2 @@
+-- The server's version, for reports.
+SHOW server_version
