@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+use crate::db::job::{Finish, Verdict, Written};
 use crate::db::{self, Sql, Statement};
 use crate::error::{Error, Result};
 use crate::executor::{Conn, Executor};
 use crate::input;
-use crate::db::job::{Finish, Verdict, Written};
 use crate::job::{
     Backoff, ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob,
     Retry, Transition,
@@ -557,8 +557,7 @@ impl Client {
         let mut escaped = false;
         loop {
             let batch = std::slice::from_ref(&f);
-            let verdict = match db::job::finish_many(&**conn, None, &self.inner.sql, batch).await
-            {
+            let verdict = match db::job::finish_many(&**conn, None, &self.inner.sql, batch).await {
                 Ok(v) => v.into_iter().next().unwrap_or(Verdict::Lost),
                 Err(e) if !escaped && is_encoding_error(&e) => {
                     escaped = true;

@@ -210,17 +210,23 @@ async fn write_one(shared: &Shared, f: Finish, busy: &mut Vec<Finish>) {
 /// A single row the database refused with `e`: written again with its error text escaped
 /// if that was the cause, else given up.
 async fn write_one_after(shared: &Shared, mut rows: Vec<Finish>, e: Error, busy: &mut Vec<Finish>) {
-    let encoding = matches!(&e, Error::Database { source, .. } if crate::client::is_encoding_error(source));
+    let encoding =
+        matches!(&e, Error::Database { source, .. } if crate::client::is_encoding_error(source));
     if encoding {
         for f in &mut rows {
             f.error = db::job::ascii_escaped(&f.error);
         }
         match write_retrying(shared, &rows).await {
             Ok((verdicts, failures)) => {
-                tracing::info!(jobs = rows.len(), "error text escaped to ASCII: the database's encoding could not store it");
+                tracing::info!(
+                    jobs = rows.len(),
+                    "error text escaped to ASCII: the database's encoding could not store it"
+                );
                 return account(shared, &rows, verdicts, failures, busy);
             }
-            Err(Failure::Deterministic(e) | Failure::GaveUp(e)) => return give_up(shared, &rows, &e),
+            Err(Failure::Deterministic(e) | Failure::GaveUp(e)) => {
+                return give_up(shared, &rows, &e)
+            }
         }
     }
     give_up(shared, &rows, &e);

@@ -78,7 +78,10 @@ async fn beat(shared: &Shared) {
             return;
         }
         if round == BUSY_RETRIES {
-            tracing::debug!(jobs = busy.len(), "leases not renewed this beat: rows locked by another session");
+            tracing::debug!(
+                jobs = busy.len(),
+                "leases not renewed this beat: rows locked by another session"
+            );
             return;
         }
         tokio::time::sleep(wait).await;

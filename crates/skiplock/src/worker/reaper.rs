@@ -34,7 +34,10 @@ pub(crate) async fn run_once(shared: &Shared) {
     }
     if total > 0 {
         Counters::add(&shared.counters.reaped, total);
-        tracing::info!(reaped = total, "returned jobs with expired leases to the queue");
+        tracing::info!(
+            reaped = total,
+            "returned jobs with expired leases to the queue"
+        );
     }
 }
 

@@ -5,6 +5,7 @@
 mod bad_input;
 mod claim;
 mod enqueue;
+mod fencing;
 mod lifecycle;
 mod migrate;
 mod operations;
