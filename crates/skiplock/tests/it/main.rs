@@ -10,5 +10,6 @@ mod lifecycle;
 mod migrate;
 mod operations;
 mod pgbouncer;
+mod plans;
 mod support;
 mod worker;
