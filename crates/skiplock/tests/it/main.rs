@@ -9,6 +9,7 @@ mod fencing;
 mod lifecycle;
 mod migrate;
 mod operations;
+mod outcomes;
 mod pgbouncer;
 mod plans;
 mod support;
