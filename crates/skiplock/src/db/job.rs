@@ -288,7 +288,8 @@ pub(crate) async fn finish_many<C: GenericClient + Sync>(
 }
 
 /// Marks one job done with [`finish_many`] (a batch of one), for the lab and the benchmark.
-/// A busy row counts as not applied.
+/// A busy row (a concurrent claim's `FOR UPDATE` may hold it for a moment while it re-checks
+/// the row and skips it) is tried again for up to about 5 s, then counts as not applied.
 pub(crate) async fn complete<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
@@ -304,10 +305,20 @@ pub(crate) async fn complete<C: GenericClient + Sync>(
         base_us: 0,
         cap_us: 0,
     };
-    Ok(match finish_many(c, None, sql, &[f]).await?.first() {
-        Some(Verdict::Applied(_)) => Transition::Applied,
-        _ => Transition::Lost,
-    })
+    let mut wait = std::time::Duration::from_millis(1);
+    for _ in 0..20 {
+        match finish_many(c, None, sql, std::slice::from_ref(&f))
+            .await?
+            .first()
+        {
+            Some(Verdict::Applied(_)) => return Ok(Transition::Applied),
+            Some(Verdict::Busy) => {}
+            _ => return Ok(Transition::Lost),
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_millis(500));
+    }
+    Ok(Transition::Lost)
 }
 
 /// Renews many leases; returns one verdict per element of `jobs`, in its order.

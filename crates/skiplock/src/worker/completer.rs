@@ -35,7 +35,7 @@ use crate::job::{JobId, JobState};
 /// How many times a batch is tried after connection or server errors before giving up.
 const MAX_FAILURES: u32 = 20;
 /// A busy row is tried again after this, doubling up to [`BUSY_MAX_WAIT`].
-const BUSY_FIRST_WAIT: Duration = Duration::from_millis(50);
+const BUSY_FIRST_WAIT: Duration = Duration::from_millis(20);
 const BUSY_MAX_WAIT: Duration = Duration::from_secs(1);
 /// At shutdown, busy rows are tried for this long before they are given up (their leases
 /// expire and the reaper hands the jobs out again).
