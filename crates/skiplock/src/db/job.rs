@@ -258,6 +258,8 @@ fn transition(rows: u64) -> Transition {
 #[derive(Debug, Clone)]
 pub(crate) struct Finish {
     pub id: JobId,
+    /// The job's queue (not sent: the worker wakes that queue when the job is due again).
+    pub queue: String,
     pub attempt: i32,
     pub outcome: &'static str,
     pub error: String,

@@ -68,11 +68,16 @@ async fn flush(shared: &Shared, batch: &mut Vec<Finish>) {
         }
     };
     let c = &shared.counters;
-    let sent: HashMap<JobId, &str> = batch.iter().map(|f| (f.id, f.outcome)).collect();
+    let sent: HashMap<JobId, &Finish> = batch.iter().map(|f| (f.id, f)).collect();
     let mut seen = HashSet::with_capacity(written.len());
-    for (id, state) in &written {
+    for (id, state, run_at) in &written {
         seen.insert(*id);
-        let outcome = sent.get(id).copied().unwrap_or("");
+        let outcome = sent.get(id).map_or("", |f| f.outcome);
+        if let (JobState::Queued, Some(f)) = (state, sent.get(id)) {
+            // Back in the queue (a retry, a snooze, a hand-back): wake its producer when it
+            // is due, even with the poll off.
+            shared.wake_queue_at(&f.queue, super::instant_of(*run_at));
+        }
         match (outcome, state) {
             ("done", _) => Counters::add(&c.done, 1),
             (_, JobState::Failed) => Counters::add(&c.failed, 1),
@@ -91,7 +96,10 @@ async fn flush(shared: &Shared, batch: &mut Vec<Finish>) {
     batch.clear();
 }
 
-async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<(JobId, JobState)>, Error> {
+async fn write(
+    shared: &Shared,
+    batch: &[Finish],
+) -> Result<Vec<(JobId, JobState, std::time::SystemTime)>, Error> {
     let conn = shared.client.conn("write job outcomes").await?;
     let rows = db::job::finish_many(
         &**conn,
@@ -101,5 +109,5 @@ async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<(JobId, JobState
     )
     .await
     .map_err(Error::db("write job outcomes"))?;
-    Ok(rows.into_iter().map(|(id, s, _)| (id, s)).collect())
+    Ok(rows)
 }

@@ -19,12 +19,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             () = shared.stop_services.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let held: Vec<(JobId, i32)> = shared
-            .running()
-            .iter()
-            .filter(|(_, r)| r.heartbeat && !r.lost)
-            .map(|(id, r)| (*id, r.attempt))
-            .collect();
+        let held: Vec<(JobId, i32)> = shared.held_leases();
         if held.is_empty() {
             continue;
         }
@@ -35,14 +30,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                     continue;
                 }
                 let renewed: std::collections::HashSet<JobId> = renewed.into_iter().collect();
-                let mut running = shared.running();
                 for (id, attempt) in held.iter().filter(|(id, _)| !renewed.contains(id)) {
-                    if let Some(r) = running.get_mut(id) {
-                        if r.attempt == *attempt && !r.lost {
-                            r.lost = true;
-                            r.cancel.cancel();
-                            tracing::warn!(id = %id, attempt, "lease lost: the job is no longer ours; cancelling its handler");
-                        }
+                    if shared.mark_lost(*id, *attempt) {
+                        tracing::warn!(id = %id, attempt, "lease lost: the job is no longer ours; cancelling its handler");
                     }
                 }
             }

@@ -19,6 +19,8 @@ pub(crate) async fn run_once(shared: &Shared) {
         Ok(n) => {
             Counters::add(&shared.counters.reaped, n);
             tracing::info!(reaped = n, "returned jobs with expired leases to the queue");
+            // They are ready now: look at once, even with the poll off.
+            shared.wake_all();
         }
         Err(e) => tracing::warn!(error = %super::producer::error_chain(&e), "reaping failed"),
     }
