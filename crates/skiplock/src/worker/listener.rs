@@ -104,7 +104,10 @@ async fn listen_once(
     // producers' first claim and now) sent its notification to nobody: look once.
     shared.wake_all();
 
-    let token = format!("{PROBE_PREFIX}{:016x}", super::jitter(Duration::MAX).as_micros());
+    let token = format!(
+        "{PROBE_PREFIX}{:016x}",
+        super::jitter(Duration::MAX).as_micros()
+    );
     let send = send_probe(shared, &token);
     tokio::pin!(send);
     let mut probe = Probe::Sending;
@@ -166,7 +169,10 @@ fn on_notification(shared: &Shared, payload: &str) {
         shared.note_activity();
         let n = shared.cancel_job(JobId(id));
         if n > 0 {
-            tracing::info!(id, "job cancelled: telling its handler to stop; its result will be dropped");
+            tracing::info!(
+                id,
+                "job cancelled: telling its handler to stop; its result will be dropped"
+            );
         }
         return;
     }

@@ -216,7 +216,10 @@ impl QueueSlot {
 
     /// Takes the due time handed over by [`Shared::wake_queue_at`], if any.
     pub(crate) fn take_wake_at(&self) -> Option<Instant> {
-        self.wake_at.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.wake_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 

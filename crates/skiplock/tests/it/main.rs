@@ -9,5 +9,6 @@ mod lifecycle;
 mod migrate;
 mod operations;
 mod pgbouncer;
+mod runtime;
 mod support;
 mod worker;
