@@ -48,8 +48,12 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// The fallback poll: how often each queue claims even without a notification (default
     /// 5 s). `None` turns it off: the worker then sends no statement at all while idle, and
-    /// wakes only on notifications, on its own retries and scheduled jobs it knows of, and
-    /// after reconnecting its LISTEN connection.
+    /// wakes only on notifications, on its own retries and snoozes and the scheduled jobs it
+    /// knows of, on jobs its reaper returns, and after reconnecting its LISTEN connection.
+    /// While the LISTEN connection is down, or hears nothing (its self-test notification did
+    /// not come back, as through a transaction-pooling proxy), the worker polls at
+    /// [`WorkerConfig::DEFAULT_POLL_INTERVAL`] instead (see
+    /// [`StatsHandle::polling_fallback`]).
     pub poll_interval: Option<Duration>,
     /// How often expired leases are reaped (default 30 s). At most one reaper runs at a time
     /// across all processes. With the poll off, the reaper runs only after real work (a claim
