@@ -202,7 +202,7 @@ pub(crate) struct QueueSlot {
     /// The earliest time a job of this queue is known to become ready (a retry or snooze
     /// this worker wrote), for the producer to wake at; see [`Shared::wake_queue_at`].
     pub wake_at: Mutex<Option<Instant>>,
-    /// Tells the producer that `wake_at` moved.
+    /// Tells the producer that `wake_at` or the poll interval in force moved.
     pub reschedule: Notify,
 }
 
@@ -293,10 +293,13 @@ impl Shared {
     }
 
     /// Records whether the LISTEN connection can be relied on; when that changes, every
-    /// producer looks at once (and picks up the poll interval now in force).
+    /// producer picks up the poll interval now in force (without claiming at once: the
+    /// listener wakes them when it connects).
     pub(crate) fn set_listen_deaf(&self, deaf: bool) {
         if self.counters.listen_deaf.swap(deaf, Ordering::Relaxed) != deaf {
-            self.wake_all();
+            for q in self.queues.values() {
+                q.reschedule.notify_one();
+            }
         }
     }
 

@@ -86,8 +86,13 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         tokio::select! {
             () = shared.stop_claiming.cancelled() => break,
             () = slot.wake.notified() => claim_now = true,
-            // `wake_at` moved: merged at the top of the loop.
-            () = slot.reschedule.notified() => {}
+            // `wake_at` moved (merged at the top of the loop), or the poll in force did (the
+            // LISTEN connection went deaf: poll from now on).
+            () = slot.reschedule.notified() => {
+                if next_poll.is_none() {
+                    next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+                }
+            }
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
                 // A slot freed: claim again if the last claim suggested more is ready.
                 claim_now = backlog;
