@@ -144,10 +144,12 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         builder = builder.listen_url(url);
     }
     let worker = builder.build()?;
+    // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get
+    // --shutdown-timeout, then go back to the queue without spending an attempt.
+    let shutdown = shutdown_signal().context("could not install the signal handlers")?;
     let stats = if args.drain {
-        worker.run_until_idle().await?
+        worker.run_until_idle_or(shutdown).await?
     } else {
-        let shutdown = shutdown_signal().context("could not install the signal handlers")?;
         worker.run(shutdown).await?
     };
     report(&stats, args.json);

@@ -441,6 +441,57 @@ async fn sigterm_during_work_hands_back_running_jobs() {
     assert_eq!(sql_one(&db, "SELECT count(*) FROM jobs WHERE attempts = 1 AND max_attempts = 6 AND locked_until IS NULL").await, 2);
 }
 
+/// `work --drain` stops on SIGTERM as `work` does: the running jobs go back to the queue
+/// without spending an attempt (they used to be killed with the process, holding their
+/// leases).
+#[tokio::test]
+async fn sigterm_during_drain_hands_back_running_jobs() {
+    let db = migrated().await;
+    for i in 0..3 {
+        ok(&run(Some(&db), &["enqueue", &format!("{{\"n\":{i}}}")]));
+    }
+    let child = cmd(
+        Some(&db),
+        &[
+            "work",
+            "--drain",
+            "--queue",
+            "default=2",
+            "--shutdown-timeout",
+            "1s",
+            "--json",
+            "--exec",
+            "sleep",
+            "60",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    while sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'running'").await < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "jobs never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let o = child.wait_with_output().unwrap();
+    let stats = json(&ok(&o));
+    assert_eq!(stats["requeued"], 2, "{stats}");
+    assert_eq!(
+        sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'queued'").await,
+        3
+    );
+    assert_eq!(sql_one(&db, "SELECT count(*) FROM jobs WHERE attempts = 1 AND max_attempts = 6 AND locked_until IS NULL").await, 2);
+}
+
 #[tokio::test]
 async fn reap_prune_retry_cancel_delete() {
     let db = migrated().await;

@@ -20,6 +20,11 @@
 --   busy     another session holds the row locked (the reaper, an operator, this worker's
 --            own heartbeat): nothing was written and nothing is known; try again shortly
 --
+-- Rows that go back to `queued` (retries, snoozes, hand-backs at shutdown) send one
+-- notification per queue at commit, so that an idle worker elsewhere, the fallback poll off
+-- included, learns of them (it claims, or looks up when the next job is due); a batch of
+-- completions only sends none. `woken` runs because the final SELECT reads it.
+--
 -- How: the input is sorted by id and each element locks its row with one primary-key probe
 -- (a LATERAL subquery, so the plan cannot be anything but one probe per element: the input
 -- is never rescanned per row, whatever the statistics say about running jobs). SKIP LOCKED:
@@ -86,9 +91,13 @@ WITH o AS MATERIALIZED (
   FROM c
   WHERE c.verdict = 'write'
     AND j.id = c.id
-  RETURNING c.n, j.status, j.run_at,
+  RETURNING c.n, j.status, j.run_at, j.queue,
             (extract(epoch FROM j.run_at - now()) * 1000000)::int8 AS retry_in_us
+), woken AS (
+  SELECT pg_notify({channel}, q.queue)
+  FROM (SELECT DISTINCT queue FROM written WHERE status = 'queued') q
 )
 SELECT n, 'written' AS result, status, run_at, retry_in_us FROM written
+WHERE (SELECT count(*) FROM woken) >= 0
 UNION ALL
 SELECT n, verdict, NULL, NULL, NULL FROM c WHERE verdict <> 'write'

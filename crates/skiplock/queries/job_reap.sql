@@ -13,6 +13,8 @@
 -- matches the batched outcome and heartbeat statements. FOR UPDATE re-checks the WHERE on
 -- the latest row version, so a job completed concurrently is left alone; the UPDATE then
 -- joins only on id (no filter of its own that stale statistics could make look selective).
+-- Jobs it returns to `queued` send one notification per queue (at commit), so that idle
+-- workers of any process, the fallback poll off included, pick them up at once.
 WITH expired AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
@@ -33,7 +35,7 @@ WITH expired AS MATERIALIZED (
   SELECT id FROM expired
   UNION ALL
   SELECT id FROM exhausted
-)
+), reaped AS (
 UPDATE {schema}.jobs j
 SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
     finished_at  = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
@@ -43,4 +45,12 @@ SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'qu
                                  ELSE 'lease expired' END)
 FROM doomed d
 WHERE j.id = d.id
-RETURNING j.id, j.status, j.attempts
+RETURNING j.id, j.status, j.attempts, j.queue
+), woken AS (
+  SELECT pg_notify({channel}, q.queue)
+  FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'queued') q
+)
+-- Referencing `woken` makes it run (a plain SELECT in WITH runs only when read).
+SELECT id, status, attempts
+FROM reaped
+WHERE (SELECT count(*) FROM woken) >= 0

@@ -7,6 +7,9 @@
 -- it had (job_cancel.sql keeps locked_until), so it becomes ready no earlier than that
 -- lease's end, and two attempts never overlap.
 --
+-- Moved jobs send one notification per queue (at commit), so that idle workers, the fallback
+-- poll off included, look at once (and learn when a job waiting for an old lease is due).
+--
 -- Row locking as in job_cancel.sql: one primary-key probe per id, in id order.
 WITH o AS MATERIALIZED (
   SELECT DISTINCT id FROM unnest($1::int8[]) AS o(id) ORDER BY id
@@ -18,7 +21,7 @@ WITH o AS MATERIALIZED (
   ) l
   WHERE l.status IN ('queued', 'done', 'failed')
     AND l.attempts < 2147483647
-)
+), moved AS (
 UPDATE {schema}.jobs j
 SET status       = 'queued',
     run_at       = greatest(now(), coalesce(j.locked_until, now())),
@@ -27,4 +30,9 @@ SET status       = 'queued',
     finished_at  = NULL
 FROM t
 WHERE j.id = t.id
-RETURNING j.id
+RETURNING j.id, j.queue
+), woken AS (
+  SELECT pg_notify({channel}, q.queue) FROM (SELECT DISTINCT queue FROM moved) q
+)
+SELECT id FROM moved
+WHERE (SELECT count(*) FROM woken) >= 0

@@ -286,6 +286,7 @@ async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
             .iter()
             .map(|j| Finish {
                 id: j.id,
+                queue: String::new(),
                 attempt: j.attempt,
                 outcome: "done",
                 error: String::new(),

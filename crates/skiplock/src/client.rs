@@ -292,6 +292,7 @@ fn finish(id: JobId, attempt: i32, outcome: &'static str, error: String, b: Back
     Finish {
         id,
         attempt,
+        queue: String::new(),
         outcome,
         error,
         delay_us: 0,
@@ -358,6 +359,26 @@ impl Client {
     /// pool).
     pub fn config(&self) -> Option<&tokio_postgres::Config> {
         self.inner.config.as_ref()
+    }
+
+    /// A client with the same settings on a small pool of its own (`None` for a client built
+    /// from a pool): the worker runtime's claims, heartbeats and outcome writes use it, so
+    /// that handlers holding the application's connections can never starve them.
+    pub(crate) fn with_own_pool(&self, size: usize) -> Result<Option<Client>> {
+        let Some(cfg) = &self.inner.config else {
+            return Ok(None);
+        };
+        let i = &self.inner;
+        Ok(Some(Client {
+            inner: Arc::new(Inner {
+                pool: build_pool(cfg.clone(), size)?,
+                schema: i.schema.clone(),
+                sql: i.sql.clone(),
+                max_payload_bytes: i.max_payload_bytes,
+                prepared_statements: i.prepared_statements,
+                config: i.config.clone(),
+            }),
+        }))
     }
 
     /// The statement cache to use on `conn`, if prepared statements are on.

@@ -166,9 +166,10 @@ pub struct JobContext {
 }
 
 impl JobContext {
-    /// Whether the worker wants this attempt to stop: its lease was lost (the job is no
-    /// longer this worker's and its result will not be written), or shutdown reached its
-    /// deadline.
+    /// Whether the worker wants this attempt to stop: its lease was lost, the job was
+    /// cancelled, or this worker started a newer attempt of the same job (in these cases the
+    /// job is no longer this attempt's and its result will not be written), or shutdown
+    /// reached its deadline.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }

@@ -207,6 +207,8 @@ pub(crate) struct Written {
 #[derive(Debug, Clone)]
 pub(crate) struct Finish {
     pub id: JobId,
+    /// The job's queue (not sent: the worker wakes that queue when the job is due again).
+    pub queue: String,
     pub attempt: i32,
     pub outcome: &'static str,
     pub error: String,
@@ -299,6 +301,7 @@ pub(crate) async fn complete<C: GenericClient + Sync>(
     let f = Finish {
         id,
         attempt,
+        queue: String::new(),
         outcome: "done",
         error: String::new(),
         delay_us: 0,

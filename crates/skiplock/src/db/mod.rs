@@ -94,6 +94,7 @@ templates! {
     finish_many => "job_finish_many.sql",
     extend_many => "job_extend_many.sql",
     next_run_at => "job_next_run_at.sql",
+    listen_probe => "listen_probe.sql",
     reaper_try_lock => "reaper_try_lock.sql",
     retry => "job_retry.sql",
     cancel => "job_cancel.sql",

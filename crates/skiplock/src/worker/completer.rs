@@ -298,12 +298,20 @@ fn account(
                 busy.push(f.clone());
                 continue;
             }
-            Verdict::Applied(w) => match (f.outcome, w.state) {
-                ("done", _) => Counters::add(&c.done, 1),
-                (_, JobState::Failed) => Counters::add(&c.failed, 1),
-                ("requeue", _) => Counters::add(&c.requeued, 1),
-                _ => Counters::add(&c.retried, 1),
-            },
+            Verdict::Applied(w) => {
+                if w.state == JobState::Queued {
+                    // Back in the queue (a retry, a snooze, a hand-back): wake its producer
+                    // when it is due (by the database's clock), even with the poll off.
+                    let wait = Duration::from_micros(w.retry_in_us.max(0).unsigned_abs());
+                    shared.wake_queue_at(&f.queue, Instant::now() + wait);
+                }
+                match (f.outcome, w.state) {
+                    ("done", _) => Counters::add(&c.done, 1),
+                    (_, JobState::Failed) => Counters::add(&c.failed, 1),
+                    ("requeue", _) => Counters::add(&c.requeued, 1),
+                    _ => Counters::add(&c.retried, 1),
+                }
+            }
             Verdict::Lost => {
                 Counters::add(&c.lost, 1);
                 if failures > 0 {

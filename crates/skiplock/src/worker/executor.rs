@@ -8,26 +8,92 @@ use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::{Counters, RunningJob, Shared};
+use super::{AttemptKey, Counters, RunningJob, Shared};
 use crate::db::job::Finish;
 use crate::handler::{JobContext, JobError};
 use crate::input;
 use crate::job::{Backoff, ClaimedJob};
 
-pub(crate) async fn run(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+/// This worker's record of one running attempt, in [`Shared::running`] from before its task
+/// starts until it ends, however it ends: the guard removes the entry when dropped (also on a
+/// panic, or when the task is aborted), so that the heartbeat never renews a lease nobody
+/// works on.
+pub(crate) struct Attempt {
+    shared: Arc<Shared>,
+    key: AttemptKey,
+    cancel: CancellationToken,
+}
+
+impl Attempt {
+    /// Records `job` as running. A newer attempt of the same job (the lease was lost, and
+    /// this worker claimed the job again) makes every older one lost: its handler is told to
+    /// stop and its result will be dropped.
+    pub(crate) fn register(shared: &Arc<Shared>, job: &ClaimedJob, heartbeat: bool) -> Attempt {
+        let key = (job.id, job.attempt);
+        let cancel = shared.hard_stop.child_token();
+        let mut running = shared.running();
+        let mut superseded = false;
+        for ((id, attempt), r) in running.iter_mut() {
+            if *id != job.id {
+                continue;
+            }
+            if *attempt < job.attempt {
+                if !r.lost {
+                    tracing::warn!(id = %id, attempt, newer = job.attempt, "a newer attempt of this job started here: the older one is no longer ours; cancelling its handler");
+                }
+                r.lost = true;
+                r.cancel.cancel();
+            } else {
+                // Cannot happen (attempts only grow), but never let a stale attempt win.
+                superseded = true;
+            }
+        }
+        if superseded {
+            cancel.cancel();
+        }
+        running.insert(
+            key,
+            RunningJob {
+                cancel: cancel.clone(),
+                heartbeat,
+                lost: superseded,
+            },
+        );
+        drop(running);
+        Attempt {
+            shared: shared.clone(),
+            key,
+            cancel,
+        }
+    }
+
+    /// Removes the entry; returns whether the attempt was lost meanwhile.
+    fn finish(self) -> bool {
+        self.shared
+            .running()
+            .remove(&self.key)
+            .is_some_and(|r| r.lost)
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        // Already gone after `finish`; a no-op then.
+        self.shared.running().remove(&self.key);
+    }
+}
+
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    job: ClaimedJob,
+    permit: OwnedSemaphorePermit,
+    attempt: Attempt,
+) {
     let entry = shared.registry.get(&job.kind).cloned();
-    let cancel = shared.hard_stop.child_token();
-    shared.running().insert(
-        job.id,
-        RunningJob {
-            attempt: job.attempt,
-            cancel: cancel.clone(),
-            heartbeat: entry.as_ref().is_none_or(|e| e.options.heartbeat),
-            lost: false,
-        },
-    );
+    let cancel = attempt.cancel.clone();
     let span = tracing::info_span!(
         "job",
         kind = %job.kind,
@@ -62,9 +128,18 @@ pub(crate) async fn run(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemap
                 .checked_sub(shared.cfg.lease)
                 .unwrap_or(job.locked_until),
             cancel,
-            client: shared.client.clone(),
+            client: shared.app_client.clone(),
         };
-        let attempt = AssertUnwindSafe(entry.handler.call(job.payload.clone(), ctx)).catch_unwind();
+        // `call` itself may panic before it returns a future (a closure that panics before
+        // its `async` block, a hand-written handler): caught like a panic in the future.
+        let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            entry.handler.call(job.payload.clone(), ctx)
+        }));
+        let future = match call {
+            Ok(f) => f,
+            Err(panic) => return Outcome::Retry(format!("panicked: {}", panic_message(&*panic))),
+        };
+        let attempt = AssertUnwindSafe(future).catch_unwind();
         let attempt = async {
             match entry.options.timeout {
                 Some(t) => tokio::time::timeout(t, attempt).await.ok(),
@@ -87,7 +162,7 @@ pub(crate) async fn run(shared: Arc<Shared>, job: ClaimedJob, permit: OwnedSemap
     .instrument(span.clone())
     .await;
 
-    let lost = shared.running().remove(&job.id).is_some_and(|r| r.lost);
+    let lost = attempt.finish();
     drop(permit);
     let _enter = span.enter();
     if lost {
@@ -132,6 +207,7 @@ fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome, backoff: Backoff) {
     let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
     let finish = Finish {
         id: job.id,
+        queue: job.queue.clone(),
         attempt: job.attempt,
         outcome: name,
         error,

@@ -35,12 +35,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
 /// The jobs whose leases this worker keeps: running ones (unless their handler opted out of
 /// heartbeats, or their lease is known lost) and those whose outcome is pending.
 fn held(shared: &Shared) -> Vec<(JobId, i32)> {
-    let mut held: Vec<(JobId, i32)> = shared
-        .running()
-        .iter()
-        .filter(|(_, r)| r.heartbeat && !r.lost)
-        .map(|(id, r)| (*id, r.attempt))
-        .collect();
+    let mut held: Vec<(JobId, i32)> = shared.held_leases();
     let mut seen: HashSet<(JobId, i32)> = held.iter().copied().collect();
     for key in shared.finish_tx.pending_jobs() {
         if seen.insert(key) {
@@ -93,13 +88,8 @@ async fn beat(shared: &Shared) {
 /// A refused renewal: if the job is still running here, its handler is told to stop. (A job
 /// whose outcome is pending learns it from the completer's write.)
 fn lost(shared: &Shared, (id, attempt): (JobId, i32)) {
-    let mut running = shared.running();
-    if let Some(r) = running.get_mut(&id) {
-        if r.attempt == attempt && !r.lost {
-            r.lost = true;
-            r.cancel.cancel();
-            tracing::warn!(id = %id, attempt, "lease lost: the job is no longer ours; cancelling its handler");
-        }
+    if shared.mark_lost(id, attempt) {
+        tracing::warn!(id = %id, attempt, "lease lost: the job is no longer ours; cancelling its handler");
     }
 }
 

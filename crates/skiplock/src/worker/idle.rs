@@ -16,12 +16,15 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             () = shared.stop_services.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
-        let r = shared
-            .client
-            .pool()
-            .retain(|_, metrics| metrics.last_used() < timeout);
-        if !r.removed.is_empty() {
-            tracing::debug!(closed = r.removed.len(), "closed idle pool connections");
+        // The runtime's own pool and the application's (the same pool for a client built
+        // from one: then the second pass finds nothing more).
+        for client in [&shared.client, &shared.app_client] {
+            let r = client
+                .pool()
+                .retain(|_, metrics| metrics.last_used() < timeout);
+            if !r.removed.is_empty() {
+                tracing::debug!(closed = r.removed.len(), "closed idle pool connections");
+            }
         }
     }
 }

@@ -2,32 +2,59 @@
 //! which wakes the named queue's producer on each notification. Notifications are only a
 //! hint: on connection loss it reconnects with capped, jittered backoff, and after every
 //! (re)connect it wakes every queue, since notifications sent meanwhile are lost.
+//!
+//! After each LISTEN it checks that notifications really come back: it sends one
+//! (`probe:<random>`) from a pooled connection and waits up to [`PROBE_WAIT`] for it.
+//! Through a transaction-pooling proxy the LISTEN "succeeds" but nothing is ever heard; then,
+//! as while the connection is down, the worker polls (at the default interval if the poll
+//! was off) instead of waiting deaf forever.
+//!
+//! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
+//! on this worker at once (their results are dropped); `probe:<token>` is a self-test.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+use tokio_postgres::types::Type;
 use tokio_postgres::AsyncMessage;
 
 use super::{backoff, Shared};
+use crate::error::Error;
+use crate::job::JobId;
+
+/// How long the self-test notification may take to come back.
+pub(crate) const PROBE_WAIT: Duration = Duration::from_secs(2);
+
+/// The payload prefix of a self-test notification.
+const PROBE_PREFIX: &str = "probe:";
+
+/// The payload prefix asking workers to cancel a running job (`cancel:<id>`).
+const CANCEL_PREFIX: &str = "cancel:";
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     let Some(config) = shared.listen_config.clone() else {
         return;
     };
-    let mut failures = 0u32;
+    let mut state = State {
+        failures: 0,
+        warned_deaf: false,
+    };
     loop {
         let outcome = tokio::select! {
             () = shared.stop_services.cancelled() => return,
-            r = listen_once(&shared, &config, &mut failures) => r,
+            r = listen_once(&shared, &config, &mut state) => r,
         };
+        // Nothing is heard until the next connection proves it hears: poll meanwhile.
+        shared.set_listen_deaf(true);
         match outcome {
             Ok(()) => tracing::warn!("LISTEN connection closed; reconnecting"),
             Err(e) => {
                 tracing::warn!(error = %super::producer::error_chain(&e), "LISTEN connection failed; reconnecting")
             }
         }
-        failures += 1;
-        let wait = backoff(failures, Duration::from_secs(5));
+        state.failures += 1;
+        let wait = backoff(state.failures, Duration::from_secs(5));
         tokio::select! {
             () = shared.stop_services.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
@@ -35,10 +62,25 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
+struct State {
+    failures: u32,
+    warned_deaf: bool,
+}
+
+/// Where the self-test of the current connection stands.
+enum Probe {
+    /// Being sent.
+    Sending,
+    /// Sent; it must come back before the deadline.
+    Waiting(Instant),
+    /// Heard, given up on, or not sendable.
+    Settled,
+}
+
 async fn listen_once(
     shared: &Shared,
     config: &tokio_postgres::Config,
-    failures: &mut u32,
+    state: &mut State,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut conn) = config.connect(tokio_postgres::NoTls).await?;
     let channel = shared.client.schema().channel_quoted();
@@ -56,24 +98,120 @@ async fn listen_once(
             },
         }
     }
-    *failures = 0;
+    state.failures = 0;
     tracing::debug!(%channel, "listening");
     // Anything enqueued before this LISTEN took effect (while we were away, or between the
     // producers' first claim and now) sent its notification to nobody: look once.
-    for q in shared.queues.values() {
-        q.wake.notify_one();
-    }
+    shared.wake_all();
+
+    let token = format!(
+        "{PROBE_PREFIX}{:016x}",
+        super::jitter(Duration::MAX).as_micros()
+    );
+    let send = send_probe(shared, &token);
+    tokio::pin!(send);
+    let mut probe = Probe::Sending;
     loop {
-        match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-            Some(Ok(AsyncMessage::Notification(n))) => {
-                shared.note_activity();
-                if let Some(q) = shared.queues.get(n.payload()) {
-                    q.wake.notify_one();
+        let deadline = match probe {
+            Probe::Waiting(at) => Some(at),
+            _ => None,
+        };
+        tokio::select! {
+            sent = &mut send, if matches!(probe, Probe::Sending) => match sent {
+                Ok(()) => probe = Probe::Waiting(Instant::now() + PROBE_WAIT),
+                Err(e) => {
+                    // Unknown, not deaf: the database may be briefly out of reach.
+                    tracing::debug!(error = %super::producer::error_chain(&e), "could not send the LISTEN self-test");
+                    probe = Probe::Settled;
+                }
+            },
+            () = sleep_until(deadline) => {
+                probe = Probe::Settled;
+                shared.set_listen_deaf(true);
+                if !state.warned_deaf {
+                    state.warned_deaf = true;
+                    tracing::warn!(
+                        listen = %describe(config),
+                        poll = ?shared.poll_interval(),
+                        "LISTEN through a transaction-pooling proxy hears nothing: give the \
+                         worker a direct listen_url (it polls meanwhile)"
+                    );
                 }
             }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(e),
-            None => return Ok(()),
+            m = std::future::poll_fn(|cx| conn.poll_message(cx)) => match m {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if n.payload() == token {
+                        tracing::debug!("LISTEN self-test heard");
+                        probe = Probe::Settled;
+                        shared.set_listen_deaf(false);
+                    } else {
+                        on_notification(shared, n.payload());
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            },
         }
     }
+}
+
+/// Acts on one notification's payload.
+fn on_notification(shared: &Shared, payload: &str) {
+    if payload.starts_with(PROBE_PREFIX) {
+        // Another worker's self-test.
+        return;
+    }
+    if let Some(id) = payload.strip_prefix(CANCEL_PREFIX) {
+        let Ok(id) = id.trim().parse::<i64>() else {
+            return;
+        };
+        shared.note_activity();
+        let n = shared.cancel_job(JobId(id));
+        if n > 0 {
+            tracing::info!(
+                id,
+                "job cancelled: telling its handler to stop; its result will be dropped"
+            );
+        }
+        return;
+    }
+    shared.note_activity();
+    if let Some(q) = shared.queues.get(payload) {
+        q.wake.notify_one();
+    }
+}
+
+/// Sends the self-test notification from a pooled connection (see `listen_probe.sql` for
+/// why not from the listening one).
+async fn send_probe(shared: &Shared, token: &str) -> Result<(), Error> {
+    const OP: &str = "send the LISTEN self-test";
+    let conn = shared.client.conn(OP).await?;
+    let channel = shared.client.schema().channel();
+    conn.query_typed(
+        &shared.client.sql().listen_probe,
+        &[(&channel, Type::TEXT), (&token, Type::TEXT)],
+    )
+    .await
+    .map_err(Error::db(OP))?;
+    Ok(())
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where the LISTEN connection goes, for the log (no password).
+fn describe(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
 }

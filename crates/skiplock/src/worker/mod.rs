@@ -18,12 +18,13 @@ mod reaper;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
@@ -46,8 +47,12 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// The fallback poll: how often each queue claims even without a notification (default
     /// 5 s). `None` turns it off: the worker then sends no statement at all while idle, and
-    /// wakes only on notifications, on its own retries and scheduled jobs it knows of, and
-    /// after reconnecting its LISTEN connection.
+    /// wakes only on notifications, on its own retries and snoozes and the scheduled jobs it
+    /// knows of, on jobs its reaper returns, and after reconnecting its LISTEN connection.
+    /// While the LISTEN connection is down, or hears nothing (its self-test notification did
+    /// not come back, as through a transaction-pooling proxy), the worker polls at
+    /// [`WorkerConfig::DEFAULT_POLL_INTERVAL`] instead (see
+    /// [`StatsHandle::polling_fallback`]).
     pub poll_interval: Option<Duration>,
     /// How often expired leases are reaped (default 30 s). At most one reaper runs at a time
     /// across all processes. With the poll off, the reaper runs only after real work (a claim
@@ -138,6 +143,14 @@ impl StatsHandle {
     pub fn snapshot(&self) -> RunStats {
         self.0.snapshot()
     }
+
+    /// Whether the worker currently polls because its LISTEN connection cannot be relied on:
+    /// it is down, or its self-test found that notifications do not come back (LISTEN through
+    /// a transaction-pooling proxy hears nothing). Such a worker polls at the configured
+    /// interval, or at [`WorkerConfig::DEFAULT_POLL_INTERVAL`] if the poll was off.
+    pub fn polling_fallback(&self) -> bool {
+        self.0.listen_deaf.load(Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for StatsHandle {
@@ -155,6 +168,8 @@ pub(crate) struct Counters {
     requeued: AtomicU64,
     lost: AtomicU64,
     reaped: AtomicU64,
+    /// The LISTEN connection is down or hears nothing: poll instead.
+    listen_deaf: AtomicBool,
 }
 
 impl Counters {
@@ -183,11 +198,40 @@ pub(crate) struct QueueSlot {
     pub slots: Arc<Semaphore>,
     /// Woken by notifications and reconnects.
     pub wake: Notify,
+    /// The earliest time a job of this queue is known to become ready (a retry or snooze
+    /// this worker wrote), for the producer to wake at; see [`Shared::wake_queue_at`].
+    pub wake_at: Mutex<Option<Instant>>,
+    /// Tells the producer that `wake_at` or the poll interval in force moved.
+    pub reschedule: Notify,
 }
+
+impl QueueSlot {
+    fn new(name: String, concurrency: usize) -> Self {
+        QueueSlot {
+            name,
+            concurrency,
+            slots: Arc::new(Semaphore::new(concurrency)),
+            wake: Notify::new(),
+            wake_at: Mutex::new(None),
+            reschedule: Notify::new(),
+        }
+    }
+
+    /// Takes the due time handed over by [`Shared::wake_queue_at`], if any.
+    pub(crate) fn take_wake_at(&self) -> Option<Instant> {
+        self.wake_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// Running attempts are keyed by job and attempt: after a lost lease the same worker may
+/// claim the job again while the stale attempt still runs, and each must keep its own entry.
+pub(crate) type AttemptKey = (JobId, i32);
 
 /// A job this worker is running.
 pub(crate) struct RunningJob {
-    pub attempt: i32,
     pub cancel: CancellationToken,
     pub heartbeat: bool,
     pub lost: bool,
@@ -195,12 +239,17 @@ pub(crate) struct RunningJob {
 
 /// State shared by the worker's tasks.
 pub(crate) struct Shared {
+    /// The runtime's client: claims, heartbeats, outcome writes and maintenance. On a pool of
+    /// its own when the application's client knows its settings, so that handlers holding
+    /// the application's connections cannot starve the leases.
     pub client: Client,
+    /// The application's client, handed to handlers in their [`JobContext`](crate::JobContext).
+    pub app_client: Client,
     pub registry: Registry,
     pub cfg: WorkerConfig,
     pub listen_config: Option<tokio_postgres::Config>,
     pub queues: HashMap<String, Arc<QueueSlot>>,
-    pub running: Mutex<HashMap<JobId, RunningJob>>,
+    pub running: Mutex<HashMap<AttemptKey, RunningJob>>,
     /// Outcomes for the completer, and the jobs whose outcome is not written yet.
     pub finish_tx: completer::Outbox,
     /// Stop claiming (shutdown has begun).
@@ -231,10 +280,86 @@ impl Shared {
         let now = self.activity();
         let worked = now != *seen || !self.running().is_empty();
         *seen = now;
-        self.cfg.poll_interval.is_some() || worked
+        self.poll_interval().is_some() || worked
     }
 
-    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
+    /// The fallback poll in force: the configured one, or the default one while the LISTEN
+    /// connection is down or hears nothing and the poll was off.
+    pub(crate) fn poll_interval(&self) -> Option<Duration> {
+        self.cfg.poll_interval.or_else(|| {
+            (self.listen_config.is_some() && self.counters.listen_deaf.load(Ordering::Relaxed))
+                .then_some(WorkerConfig::DEFAULT_POLL_INTERVAL)
+        })
+    }
+
+    /// Records whether the LISTEN connection can be relied on; when that changes, every
+    /// producer picks up the poll interval now in force (without claiming at once: the
+    /// listener wakes them when it connects).
+    pub(crate) fn set_listen_deaf(&self, deaf: bool) {
+        if self.counters.listen_deaf.swap(deaf, Ordering::Relaxed) != deaf {
+            for q in self.queues.values() {
+                q.reschedule.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every queue's producer to claim at once.
+    pub(crate) fn wake_all(&self) {
+        for q in self.queues.values() {
+            q.wake.notify_one();
+        }
+    }
+
+    /// Makes `queue`'s producer claim at `at` at the latest (a retry or snooze this worker
+    /// wrote becomes ready then), even with the poll off. Unknown queues are ignored.
+    pub(crate) fn wake_queue_at(&self, queue: &str, at: Instant) {
+        let Some(q) = self.queues.get(queue) else {
+            return;
+        };
+        {
+            let mut w = q.wake_at.lock().unwrap_or_else(|p| p.into_inner());
+            *w = Some(w.map_or(at, |w| w.min(at)));
+        }
+        q.reschedule.notify_one();
+    }
+
+    /// The attempts whose leases the heartbeat renews.
+    pub(crate) fn held_leases(&self) -> Vec<AttemptKey> {
+        self.running()
+            .iter()
+            .filter(|(_, r)| r.heartbeat && !r.lost)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Marks one attempt as no longer this worker's: its handler is told to stop and its
+    /// result will be dropped. Returns whether it was running and not already lost.
+    pub(crate) fn mark_lost(&self, id: JobId, attempt: i32) -> bool {
+        match self.running().get_mut(&(id, attempt)) {
+            Some(r) if !r.lost => {
+                r.lost = true;
+                r.cancel.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks every attempt of job `id` this worker runs as lost (the job was cancelled).
+    /// Returns how many there were.
+    pub(crate) fn cancel_job(&self, id: JobId) -> usize {
+        let mut n = 0;
+        for (_, r) in self.running().iter_mut().filter(|(k, _)| k.0 == id) {
+            if !r.lost {
+                r.lost = true;
+                r.cancel.cancel();
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<AttemptKey, RunningJob>> {
         // A panic while holding this lock cannot leave the map inconsistent (single inserts
         // and removes), so a poisoned lock is still usable.
         self.running.lock().unwrap_or_else(|p| p.into_inner())
@@ -344,12 +469,7 @@ impl WorkerBuilder {
                     format!("queue {name}: it must be at least 1"),
                 ));
             }
-            let slot = Arc::new(QueueSlot {
-                name: name.clone(),
-                concurrency,
-                slots: Arc::new(Semaphore::new(concurrency)),
-                wake: Notify::new(),
-            });
+            let slot = Arc::new(QueueSlot::new(name.clone(), concurrency));
             if queues.insert(name.clone(), slot).is_some() {
                 return Err(Error::invalid(
                     "worker",
@@ -387,7 +507,9 @@ impl WorkerBuilder {
                 let mut c: tokio_postgres::Config = url.parse().map_err(|e| {
                     Error::invalid("listen URL", format!("it could not be parsed: {e}"))
                 })?;
-                crate::client::harden(&mut c, "skiplock-listener", Some(Default::default()));
+                // No server timeouts: the connection only LISTENs, and a proxy in front of it
+                // may refuse the `options` startup parameter they travel in.
+                crate::client::harden(&mut c, "skiplock-listener", None);
                 Some(c)
             }
             (None, true) => {
@@ -466,6 +588,13 @@ pub(crate) enum Mode {
 
 impl Worker {
     /// A builder for a worker on `client`'s queue running the kinds in `registry`.
+    ///
+    /// The worker claims, renews leases and writes outcomes on a small pool of its own (at
+    /// most four connections, with `client`'s settings), apart from the pool handlers use
+    /// through [`JobContext::client`](crate::JobContext::client). A client built with
+    /// [`Client::from_pool`] has no settings to open one with: the worker then shares the
+    /// application's pool, and handlers that hold all of its connections delay lease renewals
+    /// (give that pool a wait timeout and room for the worker, or build the client from a URL).
     pub fn builder(client: Client, registry: Registry) -> WorkerBuilder {
         WorkerBuilder {
             client,
@@ -496,8 +625,22 @@ impl Worker {
     /// Processes what is ready in the worker's queues and returns when nothing is (no job
     /// ready, none running). Reaps expired leases once first. The in-process "kick" for
     /// applications that enqueue and then want the work done without a poller.
+    ///
+    /// It cannot be told to stop early; see [`Worker::run_until_idle_or`].
     pub async fn run_until_idle(self) -> Result<RunStats> {
         self.run_mode(Mode::UntilIdle, std::future::pending()).await
+    }
+
+    /// [`Worker::run_until_idle`], but stops early when `shutdown` resolves, exactly as
+    /// [`Worker::run`] does: stops claiming, lets running jobs finish for up to
+    /// [`WorkerConfig::shutdown_timeout`], then cancels the rest and puts them back in the
+    /// queue at once without spending an attempt. For a draining worker that a signal may
+    /// stop (`skiplock work --drain` passes SIGINT/SIGTERM).
+    pub async fn run_until_idle_or(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<RunStats> {
+        self.run_mode(Mode::UntilIdle, shutdown).await
     }
 
     async fn run_mode(
@@ -506,8 +649,17 @@ impl Worker {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<RunStats> {
         let (finish_tx, finish_rx) = completer::channel();
+        // Claims, heartbeats, outcome writes and maintenance get a small pool of their own
+        // (one connection per producer, plus the heartbeat and the completer, at most four),
+        // so that handlers holding every connection of the application's pool cannot hold
+        // back lease renewals until the leases expire on a live worker. A client built from
+        // the application's pool has no settings to open another with: the runtime shares
+        // that pool (see [`Worker::builder`]).
+        let runtime_pool = (self.queues.len() + 2).min(4);
+        let runtime = self.client.with_own_pool(runtime_pool)?;
         let shared = Arc::new(Shared {
-            client: self.client,
+            client: runtime.unwrap_or_else(|| self.client.clone()),
+            app_client: self.client,
             registry: self.registry,
             listen_config: self.listen_config,
             queues: self.queues,
@@ -564,9 +716,7 @@ impl Worker {
         // Graceful shutdown: stop claiming, give running jobs until the deadline, then
         // cancel them (they are handed back), and wait for the producers to wind up.
         shared.stop_claiming.cancel();
-        for q in shared.queues.values() {
-            q.wake.notify_one();
-        }
+        shared.wake_all();
         let drained = tokio::time::timeout(shared.cfg.shutdown_timeout, async {
             while producers.join_next().await.is_some() {}
         })

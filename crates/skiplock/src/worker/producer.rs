@@ -20,12 +20,16 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut backlog = false;
     let mut failures = 0u32;
     let mut due: Option<Instant> = None;
-    let mut next_poll = shared.cfg.poll_interval.map(|p| Instant::now() + p);
+    let mut next_poll = shared.poll_interval().map(|p| Instant::now() + p);
 
     loop {
         while jobs.try_join_next().is_some() {}
         if shared.stop_claiming.is_cancelled() {
             break;
+        }
+        // A retry or snooze this worker wrote: wake when it is due.
+        if let Some(at) = slot.take_wake_at() {
+            due = Some(due.map_or(at, |d| d.min(at)));
         }
         let free = slot.slots.available_permits();
         if claim_now && free > 0 {
@@ -37,9 +41,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                 Ok(got) => {
                     failures = 0;
                     backlog = got == want;
-                    if let Some(p) = shared.cfg.poll_interval {
-                        next_poll = Some(Instant::now() + p);
-                    }
+                    next_poll = shared.poll_interval().map(|p| Instant::now() + p);
                     if backlog {
                         claim_now = true;
                         continue;
@@ -84,6 +86,13 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         tokio::select! {
             () = shared.stop_claiming.cancelled() => break,
             () = slot.wake.notified() => claim_now = true,
+            // `wake_at` moved (merged at the top of the loop), or the poll in force did (the
+            // LISTEN connection went deaf: poll from now on).
+            () = slot.reschedule.notified() => {
+                if next_poll.is_none() {
+                    next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+                }
+            }
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
                 // A slot freed: claim again if the last claim suggested more is ready.
                 claim_now = backlog;
@@ -91,9 +100,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             () = sleep_until(wake_at) => {
                 claim_now = true;
                 due = None;
-                if let Some(p) = shared.cfg.poll_interval {
-                    next_poll = Some(Instant::now() + p);
-                }
+                next_poll = shared.poll_interval().map(|p| Instant::now() + p);
             }
         }
     }
@@ -148,7 +155,14 @@ async fn claim(
             executor::hand_back(shared, &job);
             continue;
         };
-        jobs.spawn(executor::run(shared.clone(), job, permit));
+        // Registered before its task starts (and removed however the task ends), so that
+        // the heartbeat renews its lease from the first beat.
+        let heartbeat = shared
+            .registry
+            .get(&job.kind)
+            .is_none_or(|e| e.options.heartbeat);
+        let attempt = executor::Attempt::register(shared, &job, heartbeat);
+        jobs.spawn(executor::run(shared.clone(), job, permit, attempt));
     }
     Ok(n)
 }

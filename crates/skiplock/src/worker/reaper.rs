@@ -38,6 +38,8 @@ pub(crate) async fn run_once(shared: &Shared) {
             reaped = total,
             "returned jobs with expired leases to the queue"
         );
+        // They are ready now: look at once, even with the poll off.
+        shared.wake_all();
     }
 }
 

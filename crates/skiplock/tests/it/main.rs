@@ -12,5 +12,6 @@ mod operations;
 mod outcomes;
 mod pgbouncer;
 mod plans;
+mod runtime;
 mod support;
 mod worker;

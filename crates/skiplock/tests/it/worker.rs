@@ -16,7 +16,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::support::{setup, Bundle};
 
 /// Waits until `cond` holds, checking every 50 ms, failing the test after `limit`.
-async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
+pub(crate) async fn eventually<F, Fut>(limit: Duration, what: &str, mut cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -31,7 +31,7 @@ where
     }
 }
 
-fn client(b: &Bundle, app: &str) -> Client {
+pub(crate) fn client(b: &Bundle, app: &str) -> Client {
     Client::builder(b.db.url())
         .schema(b.db.schema())
         .pool_size(4)
@@ -41,12 +41,12 @@ fn client(b: &Bundle, app: &str) -> Client {
 }
 
 /// A handler that does nothing but succeed.
-fn noop() -> impl skiplock::Handler {
+pub(crate) fn noop() -> impl skiplock::Handler {
     |_p: String, _c: JobContext| async { Ok::<(), JobError>(()) }
 }
 
 /// Runs a worker in the background; send on the returned channel to shut it down.
-fn spawn_worker(w: Worker) -> (oneshot::Sender<()>, tokio::task::JoinHandle<RunStats>) {
+pub(crate) fn spawn_worker(w: Worker) -> (oneshot::Sender<()>, tokio::task::JoinHandle<RunStats>) {
     let (tx, rx) = oneshot::channel::<()>();
     let h = tokio::spawn(async move {
         w.run(async {
@@ -172,7 +172,7 @@ async fn an_aborted_worker_job_is_reaped_and_done_elsewhere() {
     assert_eq!(b.client.complete(id, 1).await.unwrap(), Transition::Lost);
 }
 
-async fn listener_pid(b: &Bundle) -> Option<i32> {
+pub(crate) async fn listener_pid(b: &Bundle) -> Option<i32> {
     b.raw
         .query_opt(
             "SELECT pid FROM pg_stat_activity
