@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+use crate::tls::{Connector, TlsSettings};
+
 use crate::db::{self, Sql, Statement};
 use crate::error::{Error, Result};
 use crate::executor::{Conn, Executor};
@@ -22,6 +24,10 @@ pub const DEFAULT_APPLICATION_NAME: &str = "skiplock";
 /// The default size of the connection pool.
 pub const DEFAULT_POOL_SIZE: usize = 10;
 
+/// How long a call waits for a pooled connection when all are in use, by default: then it
+/// fails with [`Error::Pool`] instead of waiting forever.
+pub const DEFAULT_POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The default lease a claim takes: 5 minutes, as in the article.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 
@@ -29,9 +35,10 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 /// packet), so that a stuck statement, a lock queue or a forgotten transaction cannot hold a
 /// worker's connection, or vacuum, forever.
 ///
-/// PgBouncer refuses `options` it does not track: behind PgBouncer, add `options` to its
-/// `ignore_startup_parameters` (and set the limits on the role instead), or turn these off
-/// with [`ClientBuilder::server_timeouts`]`(None)`.
+/// PgBouncer refuses the `options` startup parameter: when a server refuses it, skiplock
+/// connects again without it and logs one warning. Behind PgBouncer, set the limits on the
+/// role instead (`ALTER ROLE worker SET statement_timeout = '60s'`, and likewise the two
+/// others), and turn these off with [`ClientBuilder::server_timeouts`]`(None)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerTimeouts {
@@ -115,6 +122,8 @@ struct Inner {
     /// The connection settings, when known (not for a client built from a pool): workers
     /// open their LISTEN connection with them.
     config: Option<tokio_postgres::Config>,
+    /// Opens connections with the TLS settings of the URL (shared with the pool's manager).
+    connector: Connector,
 }
 
 impl std::fmt::Debug for Client {
@@ -143,6 +152,7 @@ pub struct ClientBuilder {
     application_name: Option<String>,
     server_timeouts: Option<ServerTimeouts>,
     prepared_statements: bool,
+    pool_wait_timeout: Option<Duration>,
 }
 
 impl ClientBuilder {
@@ -193,6 +203,14 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a call waits for a pooled connection when all of them are in use before it
+    /// fails with [`Error::Pool`] (default [`DEFAULT_POOL_WAIT_TIMEOUT`], 30 s; `None` waits
+    /// forever). Ignored for a pool given with [`Client::from_pool`] (set it on that pool).
+    pub fn pool_wait_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.pool_wait_timeout = timeout;
+        self
+    }
+
     /// Checks the settings and builds the client. Connects lazily: the first call that
     /// needs the database opens the first connection.
     pub fn build(self) -> Result<Client> {
@@ -200,13 +218,21 @@ impl ClientBuilder {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size", "it must be at least 1"));
         }
-        let mut config = match self.source {
-            Source::Pool(_) => None,
-            Source::Url(ref url) => Some(url.parse::<tokio_postgres::Config>().map_err(|e| {
-                Error::invalid("database URL", format!("it could not be parsed: {e}"))
-            })?),
-            Source::Config(ref cfg) => Some((**cfg).clone()),
+        if self.pool_wait_timeout == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "pool wait timeout",
+                "it must be above zero (None waits forever)",
+            ));
+        }
+        let (mut config, tls) = match self.source {
+            Source::Pool(_) => (None, TlsSettings::default()),
+            Source::Url(ref url) => {
+                let (cfg, tls) = crate::tls::parse(url)?;
+                (Some(cfg), tls)
+            }
+            Source::Config(ref cfg) => (Some((**cfg).clone()), TlsSettings::of_config(cfg)),
         };
+        let connector = Connector::new(&tls)?;
         if let Some(cfg) = config.as_mut() {
             if let Some(name) = &self.application_name {
                 cfg.application_name(name);
@@ -227,7 +253,12 @@ impl ClientBuilder {
         }
         let pool = match (self.source, &config) {
             (Source::Pool(pool), _) => pool,
-            (_, Some(cfg)) => build_pool(cfg.clone(), self.pool_size)?,
+            (_, Some(cfg)) => build_pool(
+                cfg.clone(),
+                connector.clone(),
+                self.pool_size,
+                self.pool_wait_timeout,
+            )?,
             (_, None) => return Err(Error::invalid("database URL", "none was given")),
         };
         Ok(Client {
@@ -238,30 +269,71 @@ impl ClientBuilder {
                 max_payload_bytes: self.max_payload_bytes,
                 prepared_statements: self.prepared_statements,
                 config,
+                connector,
             }),
         })
     }
 }
 
-fn build_pool(cfg: tokio_postgres::Config, size: usize) -> Result<Pool> {
+fn build_pool(
+    cfg: tokio_postgres::Config,
+    connector: Connector,
+    size: usize,
+    wait: Option<Duration>,
+) -> Result<Pool> {
     // `Fast` recycling sends no health-check query: an idle queue sends nothing at all.
-    let mgr = Manager::from_config(
+    let mgr = Manager::from_connect(
         cfg,
-        tokio_postgres::NoTls,
+        PoolConnect(connector),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
     );
     Pool::builder(mgr)
         .max_size(size)
+        .wait_timeout(wait)
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|e| Error::invalid("connection pool", e.to_string()))
 }
 
+/// The pool's way of connecting: the client's [`Connector`] (TLS, `options` fallback).
+struct PoolConnect(Connector);
+
+impl deadpool_postgres::Connect for PoolConnect {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        std::result::Result<
+            (tokio_postgres::Client, tokio::task::JoinHandle<()>),
+            tokio_postgres::Error,
+        >,
+    > {
+        let pg_config = pg_config.clone();
+        Box::pin(async move {
+            let (client, connection) = self.0.connect(&pg_config).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "pooled connection closed");
+                }
+            });
+            Ok((client, task))
+        })
+    }
+}
+
 impl Client {
     /// A builder for a client on the database at `url` (a `postgres://` URL or a libpq
     /// `key=value` string).
+    ///
+    /// TLS follows the URL's `sslmode` as libpq does: `disable`; `prefer` (the default: TLS
+    /// if the server offers it, certificate not checked); `require` (TLS, certificate not
+    /// checked unless `sslrootcert` is given); `verify-ca` (certificate signed by a CA of
+    /// `sslrootcert`); `verify-full` (and valid for the host name). `sslrootcert` is a file
+    /// of PEM certificates, or `system` for the system's trusted roots (which implies
+    /// `verify-full`). Client certificates are not supported.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         Self::builder_from(Source::Url(url.into()))
     }
@@ -286,6 +358,7 @@ impl Client {
             application_name: None,
             server_timeouts: Some(ServerTimeouts::default()),
             prepared_statements: false,
+            pool_wait_timeout: Some(DEFAULT_POOL_WAIT_TIMEOUT),
         }
     }
 
@@ -308,6 +381,12 @@ impl Client {
     /// pool).
     pub fn config(&self) -> Option<&tokio_postgres::Config> {
         self.inner.config.as_ref()
+    }
+
+    /// Opens connections as the pool does (TLS settings, `options` fallback): the worker's
+    /// LISTEN connection uses it.
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.inner.connector
     }
 
     /// The statement cache to use on `conn`, if prepared statements are on.

@@ -40,7 +40,7 @@ async fn listen_once(
     config: &tokio_postgres::Config,
     failures: &mut u32,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut conn) = config.connect(tokio_postgres::NoTls).await?;
+    let (client, mut conn) = shared.client.connector().connect(config).await?;
     let channel = shared.client.schema().channel_quoted();
     let command = format!("LISTEN {channel}");
     let listen = client.batch_execute(&command);

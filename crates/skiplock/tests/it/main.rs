@@ -10,4 +10,5 @@ mod migrate;
 mod operations;
 mod pgbouncer;
 mod support;
+mod tls;
 mod worker;
