@@ -9,6 +9,7 @@ mod lifecycle;
 mod migrate;
 mod operations;
 mod pgbouncer;
+mod privileges;
 mod support;
 mod tls;
 mod worker;
