@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod claim;
+mod connection;
 mod enqueue;
 mod lifecycle;
 mod migrate;
