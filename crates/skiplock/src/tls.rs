@@ -294,6 +294,8 @@ impl Connector {
     }
 
     /// Connects with `cfg` (whose `ssl_mode` says disable, prefer or require).
+    // Without the `tls` feature the maker is `NoTls`, which is Copy.
+    #[allow(clippy::clone_on_copy)]
     pub(crate) async fn connect(
         &self,
         cfg: &Config,
