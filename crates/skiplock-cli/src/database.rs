@@ -101,3 +101,76 @@ impl Home {
         }
     }
 }
+
+/// How many times a permanent connection error is seen before `skiplock work` gives up, and
+/// the wait between tries (5 tries over about 10 seconds: long enough for a role or database
+/// being created at the same moment, short enough to notice a mistake).
+const PERMANENT_TRIES: u32 = 5;
+const PERMANENT_RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits until the database answers. A permanent error (login refused, database or role
+/// missing, TLS refused, a startup parameter refused) ends it after [`PERMANENT_TRIES`] tries;
+/// a transient one (server down, starting, out of connections) is retried for as long as it
+/// lasts, as the worker would.
+pub async fn wait_reachable(client: &skiplock::Client) -> anyhow::Result<()> {
+    let mut permanent = 0;
+    let mut transient = 0u32;
+    loop {
+        let e = match client.server_version().await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        if is_permanent(&e) {
+            permanent += 1;
+            if permanent >= PERMANENT_TRIES {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("could not connect ({PERMANENT_TRIES} tries)")));
+            }
+            tracing::warn!(error = %one_line(&e), "could not connect; trying again");
+            tokio::time::sleep(PERMANENT_RETRY_WAIT).await;
+        } else {
+            transient += 1;
+            if transient == 1 || transient % 10 == 0 {
+                tracing::warn!(error = %one_line(&e), "the database is not reachable yet; retrying");
+            }
+            tokio::time::sleep(PERMANENT_RETRY_WAIT.min(std::time::Duration::from_millis(
+                250 * u64::from(transient.min(8)),
+            )))
+            .await;
+        }
+    }
+}
+
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s.replace('\n', " ")
+}
+
+/// Whether a connection error will not go away by itself.
+fn is_permanent(e: &skiplock::Error) -> bool {
+    use skiplock::reexports::tokio_postgres;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
+            if let Some(db) = pg.as_db_error() {
+                let code = db.code().code();
+                // 28: authorization (password, pg_hba.conf, missing role); 3D000: no such
+                // database; 08P01: a startup parameter refused (by a pooler); 42501: no
+                // CONNECT privilege.
+                return code.starts_with("28") || matches!(code, "3D000" | "08P01" | "42501");
+            }
+            // tokio-postgres reports every TLS failure (handshake refused, certificate
+            // rejected, TLS required but not offered) under this one message.
+            let text = pg.to_string();
+            return text.contains("TLS");
+        }
+        cur = err.source();
+    }
+    false
+}

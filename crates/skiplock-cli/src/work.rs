@@ -125,6 +125,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let client = target
         .client_prepared(concurrency.clamp(4, 32), args.prepared_statements)
         .await?;
+    crate::database::wait_reachable(&client).await?;
     let mut builder = Worker::builder(client, registry)
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)

@@ -1,4 +1,7 @@
-//! A throwaway PgBouncer in transaction pooling mode in front of the test server.
+//! A throwaway PgBouncer in transaction pooling mode in front of the test server, configured
+//! as a user would (listen address, authentication, pool mode and sizes, nothing else): in
+//! particular no `ignore_startup_parameters`, so that clients are tested against a stock
+//! PgBouncer.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -63,8 +66,7 @@ impl PgBouncer {
                  listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
                  auth_type = trust\nauth_file = {users}\npool_mode = transaction\n\
                  max_client_conn = 1000\ndefault_pool_size = 40\n\
-                 ignore_startup_parameters = extra_float_digits,options\n\
-                 admin_users = {user}\nlogfile = {log}\n",
+                 logfile = {log}\n",
                 users = users.display(),
                 log = dir.join("pgbouncer.log").display(),
             ),

@@ -100,8 +100,9 @@ impl LocalCluster {
                 "--auth=trust".as_ref(),
                 "--encoding=UTF8".as_ref(),
                 "--locale=C".as_ref(),
+                // No --no-instructions: PostgreSQL 13's initdb does not know it (the
+                // instructions go to the captured output, unseen).
                 "--no-sync".as_ref(),
-                "--no-instructions".as_ref(),
             ],
         )?;
         check("initdb", out)
@@ -179,6 +180,24 @@ impl LocalCluster {
             ],
         )?;
         check("pg_ctl stop", out)
+    }
+
+    /// Writes a file into the data directory (mode 0600, owned by the server's user), such as
+    /// `pg_hba.conf` or a TLS certificate and key. Returns its path.
+    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<PathBuf, Error> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.data_dir().join(name);
+        std::fs::write(&path, contents).map_err(|e| Error::io("write", &path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::io("set the permissions of", &path, e))?;
+        self.hand_over(&path)?;
+        Ok(path)
+    }
+
+    /// Stops the server and deletes the cluster's folder once this process exits (even after
+    /// a panic), as the tests' own cluster does.
+    pub fn remove_on_exit(&self) -> Result<(), Error> {
+        crate::testdb::spawn_watchdog(self, self.dir.clone())
     }
 
     /// The port of the running server, or `None` when it is not running.

@@ -60,7 +60,7 @@ fn start_server() -> Result<Server, Error> {
 
 /// A detached shell that waits for this process to exit, then stops the cluster and deletes
 /// its folder, so that no test run leaves a server behind (even after a panic or Ctrl-C).
-fn spawn_watchdog(cluster: &LocalCluster, dir: PathBuf) -> Result<(), Error> {
+pub(crate) fn spawn_watchdog(cluster: &LocalCluster, dir: PathBuf) -> Result<(), Error> {
     const CLEANUP: &str = r#""$@" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1"#;
     watchdog(CLEANUP, &dir, &cluster.command_line("pg_ctl"))
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 use crate::db::job::{Finish, Verdict, Written};
+use crate::tls::{Connector, TlsSettings};
+
 use crate::db::{self, Sql, Statement};
 use crate::error::{Error, Result};
 use crate::executor::{Conn, Executor};
@@ -24,6 +26,10 @@ pub const DEFAULT_APPLICATION_NAME: &str = "skiplock";
 /// The default size of the connection pool.
 pub const DEFAULT_POOL_SIZE: usize = 10;
 
+/// How long a call waits for a pooled connection when all are in use, by default: then it
+/// fails with [`Error::Pool`] instead of waiting forever.
+pub const DEFAULT_POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The default lease a claim takes: 5 minutes, as in the article.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 
@@ -31,9 +37,10 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
 /// packet), so that a stuck statement, a lock queue or a forgotten transaction cannot hold a
 /// worker's connection, or vacuum, forever.
 ///
-/// PgBouncer refuses `options` it does not track: behind PgBouncer, add `options` to its
-/// `ignore_startup_parameters` (and set the limits on the role instead), or turn these off
-/// with [`ClientBuilder::server_timeouts`]`(None)`.
+/// PgBouncer refuses the `options` startup parameter: when a server refuses it, skiplock
+/// connects again without it and logs one warning. Behind PgBouncer, set the limits on the
+/// role instead (`ALTER ROLE worker SET statement_timeout = '60s'`, and likewise the two
+/// others), and turn these off with [`ClientBuilder::server_timeouts`]`(None)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerTimeouts {
@@ -117,6 +124,8 @@ struct Inner {
     /// The connection settings, when known (not for a client built from a pool): workers
     /// open their LISTEN connection with them.
     config: Option<tokio_postgres::Config>,
+    /// Opens connections with the TLS settings of the URL (shared with the pool's manager).
+    connector: Connector,
 }
 
 impl std::fmt::Debug for Client {
@@ -146,6 +155,7 @@ pub struct ClientBuilder {
     server_timeouts: Option<ServerTimeouts>,
     prepared_statements: bool,
     unfenced: bool,
+    pool_wait_timeout: Option<Duration>,
 }
 
 impl ClientBuilder {
@@ -207,6 +217,14 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a call waits for a pooled connection when all of them are in use before it
+    /// fails with [`Error::Pool`] (default [`DEFAULT_POOL_WAIT_TIMEOUT`], 30 s; `None` waits
+    /// forever). Ignored for a pool given with [`Client::from_pool`] (set it on that pool).
+    pub fn pool_wait_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.pool_wait_timeout = timeout;
+        self
+    }
+
     /// Checks the settings and builds the client. Connects lazily: the first call that
     /// needs the database opens the first connection.
     pub fn build(self) -> Result<Client> {
@@ -214,13 +232,21 @@ impl ClientBuilder {
         if self.pool_size == 0 {
             return Err(Error::invalid("pool size", "it must be at least 1"));
         }
-        let mut config = match self.source {
-            Source::Pool(_) => None,
-            Source::Url(ref url) => Some(url.parse::<tokio_postgres::Config>().map_err(|e| {
-                Error::invalid("database URL", format!("it could not be parsed: {e}"))
-            })?),
-            Source::Config(ref cfg) => Some((**cfg).clone()),
+        if self.pool_wait_timeout == Some(Duration::ZERO) {
+            return Err(Error::invalid(
+                "pool wait timeout",
+                "it must be above zero (None waits forever)",
+            ));
+        }
+        let (mut config, tls) = match self.source {
+            Source::Pool(_) => (None, TlsSettings::default()),
+            Source::Url(ref url) => {
+                let (cfg, tls) = crate::tls::parse(url)?;
+                (Some(cfg), tls)
+            }
+            Source::Config(ref cfg) => (Some((**cfg).clone()), TlsSettings::of_config(cfg)),
         };
+        let connector = Connector::new(&tls)?;
         if let Some(cfg) = config.as_mut() {
             if let Some(name) = &self.application_name {
                 cfg.application_name(name);
@@ -241,7 +267,12 @@ impl ClientBuilder {
         }
         let pool = match (self.source, &config) {
             (Source::Pool(pool), _) => pool,
-            (_, Some(cfg)) => build_pool(cfg.clone(), self.pool_size)?,
+            (_, Some(cfg)) => build_pool(
+                cfg.clone(),
+                connector.clone(),
+                self.pool_size,
+                self.pool_wait_timeout,
+            )?,
             (_, None) => return Err(Error::invalid("database URL", "none was given")),
         };
         Ok(Client {
@@ -256,22 +287,29 @@ impl ClientBuilder {
                 max_payload_bytes: self.max_payload_bytes,
                 prepared_statements: self.prepared_statements,
                 config,
+                connector,
             }),
         })
     }
 }
 
-fn build_pool(cfg: tokio_postgres::Config, size: usize) -> Result<Pool> {
+fn build_pool(
+    cfg: tokio_postgres::Config,
+    connector: Connector,
+    size: usize,
+    wait: Option<Duration>,
+) -> Result<Pool> {
     // `Fast` recycling sends no health-check query: an idle queue sends nothing at all.
-    let mgr = Manager::from_config(
+    let mgr = Manager::from_connect(
         cfg,
-        tokio_postgres::NoTls,
+        PoolConnect(connector),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
     );
     Pool::builder(mgr)
         .max_size(size)
+        .wait_timeout(wait)
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|e| Error::invalid("connection pool", e.to_string()))
@@ -309,9 +347,43 @@ pub(crate) fn is_encoding_error(e: &tokio_postgres::Error) -> bool {
     })
 }
 
+/// The pool's way of connecting: the client's [`Connector`] (TLS, `options` fallback).
+struct PoolConnect(Connector);
+
+impl deadpool_postgres::Connect for PoolConnect {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        std::result::Result<
+            (tokio_postgres::Client, tokio::task::JoinHandle<()>),
+            tokio_postgres::Error,
+        >,
+    > {
+        let pg_config = pg_config.clone();
+        Box::pin(async move {
+            let (client, connection) = self.0.connect(&pg_config).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "pooled connection closed");
+                }
+            });
+            Ok((client, task))
+        })
+    }
+}
+
 impl Client {
     /// A builder for a client on the database at `url` (a `postgres://` URL or a libpq
     /// `key=value` string).
+    ///
+    /// TLS follows the URL's `sslmode` as libpq does: `disable`; `prefer` (the default: TLS
+    /// if the server offers it, certificate not checked); `require` (TLS, certificate not
+    /// checked unless `sslrootcert` is given); `verify-ca` (certificate signed by a CA of
+    /// `sslrootcert`); `verify-full` (and valid for the host name). `sslrootcert` is a file
+    /// of PEM certificates, or `system` for the system's trusted roots (which implies
+    /// `verify-full`). Client certificates are not supported.
     pub fn builder(url: impl Into<String>) -> ClientBuilder {
         Self::builder_from(Source::Url(url.into()))
     }
@@ -337,6 +409,7 @@ impl Client {
             server_timeouts: Some(ServerTimeouts::default()),
             prepared_statements: false,
             unfenced: false,
+            pool_wait_timeout: Some(DEFAULT_POOL_WAIT_TIMEOUT),
         }
     }
 
@@ -371,14 +444,26 @@ impl Client {
         let i = &self.inner;
         Ok(Some(Client {
             inner: Arc::new(Inner {
-                pool: build_pool(cfg.clone(), size)?,
+                pool: build_pool(
+                    cfg.clone(),
+                    i.connector.clone(),
+                    size,
+                    Some(DEFAULT_POOL_WAIT_TIMEOUT),
+                )?,
                 schema: i.schema.clone(),
                 sql: i.sql.clone(),
                 max_payload_bytes: i.max_payload_bytes,
                 prepared_statements: i.prepared_statements,
                 config: i.config.clone(),
+                connector: i.connector.clone(),
             }),
         }))
+    }
+
+    /// Opens connections as the pool does (TLS settings, `options` fallback): the worker's
+    /// LISTEN connection uses it.
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.inner.connector
     }
 
     /// The statement cache to use on `conn`, if prepared statements are on.

@@ -447,7 +447,11 @@ pub async fn vacuum(
         vacuum_lines: open
             .into_iter()
             .chain(after)
-            .filter(|l| l.contains("tuples:"))
+            .filter(|l| {
+                l.contains("tuples:")
+                    || l.contains("row versions cannot be removed")
+                    || (l.contains("found") && l.contains("removable"))
+            })
             .collect(),
     })
 }
@@ -466,7 +470,12 @@ async fn notice_connection(
     tokio::spawn(async move {
         while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
             if let tokio_postgres::AsyncMessage::Notice(n) = msg {
-                if tx.send(n.message().to_owned()).is_err() {
+                // Before PostgreSQL 15 the dead-but-not-removable count is in the detail.
+                let text = match n.detail() {
+                    Some(d) => format!("{}\n{d}", n.message()),
+                    None => n.message().to_owned(),
+                };
+                if tx.send(text).is_err() {
                     break;
                 }
             }
@@ -485,9 +494,23 @@ fn collect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Vec<String>
 
 /// From `tuples: 0 removed, 11992 remain, 2000 are dead but not yet removable`: (removed,
 /// dead but not removable). The first such line is the table's own (not its TOAST table's).
+/// Before PostgreSQL 15: `"jobs": found 2001 removable, 8542 nonremovable row versions in
+/// 90 out of 120 pages` and `2000 dead row versions cannot be removed yet, oldest xmin: 1`.
 fn tuples_line(lines: &[String]) -> (i64, i64) {
     let Some(line) = lines.iter().find(|l| l.trim_start().starts_with("tuples:")) else {
-        return (0, 0);
+        let first_number = |l: &String, after: &str| -> Option<i64> {
+            let rest = l.split(after).nth(1).unwrap_or(l);
+            rest.split_whitespace().find_map(|w| w.parse::<i64>().ok())
+        };
+        let removed = lines
+            .iter()
+            .find(|l| l.contains("found") && l.contains("removable"))
+            .and_then(|l| first_number(l, "found"));
+        let dead = lines
+            .iter()
+            .find(|l| l.contains("dead row versions cannot be removed yet"))
+            .and_then(|l| l.split_whitespace().find_map(|w| w.parse::<i64>().ok()));
+        return (removed.unwrap_or(0), dead.unwrap_or(0));
     };
     let num_before = |word: &str| -> i64 {
         line.split(',')

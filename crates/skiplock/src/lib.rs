@@ -55,12 +55,13 @@ pub mod lab;
 mod maintenance;
 mod migrate;
 mod schema;
+mod tls;
 mod worker;
 
 pub use admin::AdminReport;
 pub use client::{
     Client, ClientBuilder, ServerTimeouts, CONNECT_TIMEOUT, DEFAULT_APPLICATION_NAME,
-    DEFAULT_LEASE, DEFAULT_POOL_SIZE, KEEPALIVE_IDLE,
+    DEFAULT_LEASE, DEFAULT_POOL_SIZE, DEFAULT_POOL_WAIT_TIMEOUT, KEEPALIVE_IDLE,
 };
 pub use db::Statement;
 pub use error::{Error, Result};

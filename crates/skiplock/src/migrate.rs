@@ -81,6 +81,27 @@ pub async fn migrate(
     db::migrate::unlimit(&tx, &sql)
         .await
         .map_err(Error::db("begin the migration transaction"))?;
+    // Nothing to do is found without the lock or any DDL (CREATE ... IF NOT EXISTS checks
+    // the CREATE privilege even when the object exists): a role that may only use the
+    // queue can run `migrate` on a current schema.
+    if db::migrate::exists(&tx, &sql, schema.name())
+        .await
+        .map_err(Error::db("read the schema version"))?
+    {
+        let from = db::migrate::version(&tx, &sql)
+            .await
+            .map_err(Error::db("read the schema version"))?;
+        if from == latest_version() {
+            tx.commit()
+                .await
+                .map_err(Error::db("commit the migration"))?;
+            return Ok(MigrationReport {
+                from,
+                to: from,
+                applied: Vec::new(),
+            });
+        }
+    }
     db::migrate::lock(&tx, &sql, lock_key(schema))
         .await
         .map_err(Error::db("take the migration lock"))?;

@@ -19,6 +19,12 @@ pub(crate) async fn bootstrap(tx: &Transaction<'_>, sql: &Sql) -> Result<(), Err
     tx.batch_execute(&sql.schema_bootstrap).await
 }
 
+pub(crate) async fn exists(tx: &Transaction<'_>, sql: &Sql, schema: &str) -> Result<bool, Error> {
+    tx.query_typed_one(&sql.schema_exists, &[(&schema, Type::TEXT)])
+        .await?
+        .try_get(0)
+}
+
 pub(crate) async fn version(tx: &Transaction<'_>, sql: &Sql) -> Result<i32, Error> {
     tx.query_typed_one(&sql.schema_version, &[])
         .await?

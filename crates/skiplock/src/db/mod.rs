@@ -120,6 +120,7 @@ templates! {
     schema_lock => "schema_lock.sql",
     schema_unlimit => "schema_unlimit.sql",
     schema_bootstrap => "schema_bootstrap.sql",
+    schema_exists => "schema_exists.sql",
     schema_version => "schema_version.sql",
     schema_record => "schema_record.sql",
     schema_drop => "schema_drop.sql",

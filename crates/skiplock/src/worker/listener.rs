@@ -33,7 +33,7 @@ const PROBE_PREFIX: &str = "probe:";
 const CANCEL_PREFIX: &str = "cancel:";
 
 pub(crate) async fn run(shared: Arc<Shared>) {
-    let Some(config) = shared.listen_config.clone() else {
+    let Some((config, connector)) = shared.listen_config.clone() else {
         return;
     };
     let mut state = State {
@@ -43,7 +43,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     loop {
         let outcome = tokio::select! {
             () = shared.stop_services.cancelled() => return,
-            r = listen_once(&shared, &config, &mut state) => r,
+            r = listen_once(&shared, &config, &connector, &mut state) => r,
         };
         // Nothing is heard until the next connection proves it hears: poll meanwhile.
         shared.set_listen_deaf(true);
@@ -80,9 +80,10 @@ enum Probe {
 async fn listen_once(
     shared: &Shared,
     config: &tokio_postgres::Config,
+    connector: &crate::tls::Connector,
     state: &mut State,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut conn) = config.connect(tokio_postgres::NoTls).await?;
+    let (client, mut conn) = connector.connect(config).await?;
     let channel = shared.client.schema().channel_quoted();
     let command = format!("LISTEN {channel}");
     let listen = client.batch_execute(&command);

@@ -247,7 +247,9 @@ pub(crate) struct Shared {
     pub app_client: Client,
     pub registry: Registry,
     pub cfg: WorkerConfig,
-    pub listen_config: Option<tokio_postgres::Config>,
+    /// The LISTEN connection's settings and the connector that opens it (its own TLS
+    /// settings when it has its own URL).
+    pub listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     pub queues: HashMap<String, Arc<QueueSlot>>,
     pub running: Mutex<HashMap<AttemptKey, RunningJob>>,
     /// Outcomes for the completer, and the jobs whose outcome is not written yet.
@@ -504,13 +506,13 @@ impl WorkerBuilder {
         let listen_config = match (&self.listen_url, cfg.listen) {
             (_, false) => None,
             (Some(url), true) => {
-                let mut c: tokio_postgres::Config = url.parse().map_err(|e| {
-                    Error::invalid("listen URL", format!("it could not be parsed: {e}"))
-                })?;
+                // Its own sslmode and sslrootcert, read as for the client's URL.
+                let (mut c, tls) = crate::tls::parse(url)
+                    .map_err(|e| Error::invalid("listen URL", e.to_string()))?;
                 // No server timeouts: the connection only LISTENs, and a proxy in front of it
                 // may refuse the `options` startup parameter they travel in.
                 crate::client::harden(&mut c, "skiplock-listener", None);
-                Some(c)
+                Some((c, crate::tls::Connector::new(&tls)?))
             }
             (None, true) => {
                 let mut c = self.client.config().cloned().ok_or_else(|| {
@@ -521,7 +523,7 @@ impl WorkerBuilder {
                     )
                 })?;
                 c.application_name("skiplock-listener");
-                Some(c)
+                Some((c, self.client.connector().clone()))
             }
         };
         Ok(Worker {
@@ -558,7 +560,7 @@ pub struct Worker {
     registry: Registry,
     cfg: WorkerConfig,
     queues: HashMap<String, Arc<QueueSlot>>,
-    listen_config: Option<tokio_postgres::Config>,
+    listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     lease_us: i64,
 }
 

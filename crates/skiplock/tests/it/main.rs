@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod claim;
+mod connection;
 mod enqueue;
 mod fencing;
 mod lifecycle;
@@ -12,6 +13,8 @@ mod operations;
 mod outcomes;
 mod pgbouncer;
 mod plans;
+mod privileges;
 mod runtime;
 mod support;
+mod tls;
 mod worker;
