@@ -6,6 +6,7 @@ mod bench;
 mod database;
 mod demo;
 mod enqueue;
+mod exec;
 mod lab;
 mod stats;
 mod util;
@@ -121,7 +122,10 @@ fn main() -> ExitCode {
         }
     };
     let url_for_errors = cli.database_url.clone();
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // No command started by `work --exec` outlives the worker.
+    exec::kill_all();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let usage = e.chain().any(|c| {
