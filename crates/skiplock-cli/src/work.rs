@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use skiplock::{JobContext, JobError, JobOptions, Registry, RunStats, Worker};
 
 use crate::exec::{self, Exec};
-use crate::util::{parse_duration, parse_optional_duration, print_json, usage, Target};
+use crate::util::{errln, parse_duration, parse_optional_duration, print_json, usage, Target};
 
 #[derive(Debug, Clone)]
 pub struct QueueArg(String, usize);
@@ -162,7 +162,7 @@ fn report(s: &RunStats, json: bool) {
             "requeued": s.requeued, "lost": s.lost, "reaped": s.reaped,
         }));
     } else {
-        eprintln!(
+        errln!(
             "worker stopped: {} claimed, {} done, {} retried, {} failed, {} put back, {} lost, {} reaped",
             s.claimed, s.done, s.retried, s.failed, s.requeued, s.lost, s.reaped
         );

@@ -897,3 +897,68 @@ async fn exec_cancel_of_the_running_job_stops_its_command_group() {
     );
     assert!(still_working, "the worker stopped");
 }
+
+// ---- Output to a reader that went away -----------------------------------------------------
+
+/// Runs the command with standard output and error on pipes whose read ends are closed
+/// before it writes anything (as `skiplock ... | head -1` ends up); returns its exit code.
+fn run_with_closed_pipes(c: &mut Command) -> Option<i32> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    child.wait().unwrap().code()
+}
+
+#[tokio::test]
+async fn a_closed_output_pipe_ends_commands_quietly() {
+    let db = migrated().await;
+    let id = ok(&run(Some(&db), &["enqueue", "{}"])).trim().to_owned();
+    for args in [
+        vec!["stats", "--json"],
+        vec!["stats"],
+        vec!["show", &id],
+        vec!["show", &id, "--json"],
+        vec!["enqueue", "{}"],
+        vec!["--help"],
+    ] {
+        assert_eq!(
+            run_with_closed_pipes(&mut cmd(Some(&db), &args)),
+            Some(0),
+            "skiplock {args:?}"
+        );
+    }
+    // A usage error still says so by its exit status.
+    assert_eq!(
+        run_with_closed_pipes(&mut cmd(Some(&db), &["show", "nope"])),
+        Some(2)
+    );
+}
+
+#[tokio::test]
+async fn a_worker_whose_log_reader_went_away_finishes_its_work() {
+    let db = migrated().await;
+    for i in 0..50 {
+        ok(&run(
+            Some(&db),
+            &[
+                "enqueue",
+                "--kind",
+                "sleep",
+                &format!("{{\"ms\":{}}}", i % 5),
+            ],
+        ));
+    }
+    let code = run_with_closed_pipes(
+        cmd(Some(&db), &["work", "--drain", "--json"]).env("RUST_LOG", "debug"),
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'done'").await,
+        50
+    );
+}
