@@ -1,14 +1,18 @@
 -- Per queue and status: how many jobs, and for ready jobs the age of the oldest (seconds, by
 -- the database's clock); per queue, how many finished in the last minute. One pass over the
--- table: cheap for a kept-small table, a sequential scan for a large one.
+-- table: cheap for a kept-small table, a sequential scan for a large one. A queued job with
+-- no attempt left (attempts >= max_attempts) is never claimed, so it is not ready (the
+-- reaper moves it to failed).
 SELECT queue,
        count(*) FILTER (WHERE status = 'queued')                         AS queued,
-       count(*) FILTER (WHERE status = 'queued' AND run_at <= now())     AS ready,
+       count(*) FILTER (WHERE status = 'queued' AND run_at <= now()
+                        AND attempts < max_attempts)                     AS ready,
        count(*) FILTER (WHERE status = 'running')                        AS running,
        count(*) FILTER (WHERE status = 'done')                           AS done,
        count(*) FILTER (WHERE status = 'failed')                         AS failed,
        coalesce(extract(epoch FROM now() - min(run_at)
-                FILTER (WHERE status = 'queued' AND run_at <= now())), 0)::float8
+                FILTER (WHERE status = 'queued' AND run_at <= now()
+                        AND attempts < max_attempts)), 0)::float8
                                                                           AS oldest_ready_age_s,
        count(*) FILTER (WHERE status IN ('done', 'failed')
                         AND finished_at > now() - interval '1 minute')   AS finished_last_minute

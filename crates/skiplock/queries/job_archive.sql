@@ -1,5 +1,5 @@
 -- Like job_prune.sql, but moves the batch to jobs_archive in the same statement.
-WITH doomed AS (
+WITH doomed AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
   WHERE (status = 'done' OR ($2::bool AND status = 'failed'))

@@ -11,7 +11,7 @@
 -- keeps `attempts + 1` from overflowing), so one bad row cannot break the claim.
 --
 -- Runs as its own short autocommit statement: no transaction stays open while jobs run.
-WITH next AS (
+WITH next AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
   WHERE queue = $1

@@ -1,4 +1,5 @@
--- Write the outcomes of many jobs in one statement (the worker's batched completer).
+-- Write the outcomes of many jobs in one statement: the worker's completer, and
+-- Client::complete / Client::fail with a batch of one.
 --
 -- $1 ids, $2 the attempts each claim returned, $3 outcomes, $4 error messages, $5 requeue
 -- delays (microseconds), $6 backoff bases and $7 backoff caps (microseconds); one array
@@ -12,52 +13,82 @@
 --                                                     (attempts never goes down: it is the
 --                                                     fencing token)
 --
--- Each row keeps the guard of job_complete.sql (running, same attempts). Rows are locked in
--- id order first, so that two such statements (or the batched heartbeat) never deadlock
--- each other. Returns the rows written; a job missing from the result was no longer this
--- worker's.
-WITH o AS (
+-- Returns one row per input element: n (its 1-based position), result, and for a written
+-- row its new status, run_at and the retry delay from now() in microseconds. result is
+--   written  the guard held (running, same attempt) and the row was updated
+--   lost     the guard did not hold: the job is no longer this claim's
+--   busy     another session holds the row locked (the reaper, an operator, this worker's
+--            own heartbeat): nothing was written and nothing is known; try again shortly
+--
+-- How: the input is sorted by id and each element locks its row with one primary-key probe
+-- (a LATERAL subquery, so the plan cannot be anything but one probe per element: the input
+-- is never rescanned per row, whatever the statistics say about running jobs). SKIP LOCKED:
+-- a row another session holds is skipped and reported busy instead of making the whole
+-- batch wait for it (or fail on lock_timeout). The guard is checked on the locked, latest
+-- row version; the UPDATE then joins only on id, with no filter of its own that stale
+-- statistics could make look selective. A line ending in `-- fence` is the attempt part of
+-- the guard (left out only by the test-only negative control).
+WITH o AS MATERIALIZED (
   SELECT *
   FROM unnest($1::int8[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[])
-       AS o(id, attempt, outcome, error, delay_us, base_us, cap_us)
-), locked AS (
-  SELECT j.id
-  FROM {schema}.jobs j
-  JOIN o ON o.id = j.id
-  WHERE j.status = 'running' AND j.attempts = o.attempt
-  ORDER BY j.id
-  FOR UPDATE OF j
+       WITH ORDINALITY AS o(id, attempt, outcome, error, delay_us, base_us, cap_us, n)
+  ORDER BY id, n
+), c AS MATERIALIZED (
+  SELECT o.*,
+         CASE
+           WHEN l.id IS NOT NULL THEN
+             CASE WHEN l.status = 'running'
+                       AND l.attempts = o.attempt -- fence
+                  THEN 'write' ELSE 'lost' END
+           -- Skipped: busy if the row (as of this statement's snapshot) still passes the
+           -- guard, so someone else holds it locked. A scalar subquery by id only, so that
+           -- no partial index on status can be picked for it.
+           WHEN (SELECT x.status = 'running'
+                        AND x.attempts = o.attempt -- fence
+                 FROM {schema}.jobs x WHERE x.id = o.id) THEN 'busy'
+           ELSE 'lost'
+         END AS verdict
+  FROM o
+  LEFT JOIN LATERAL (
+    SELECT j.id, j.status, j.attempts
+    FROM {schema}.jobs j
+    WHERE j.id = o.id
+    FOR UPDATE OF j SKIP LOCKED
+  ) l ON true
+), written AS (
+  UPDATE {schema}.jobs j
+  SET status       = CASE
+                       WHEN c.outcome = 'done' THEN 'done'
+                       WHEN c.outcome = 'discard' THEN 'failed'
+                       WHEN c.outcome = 'requeue' THEN 'queued'
+                       WHEN j.attempts >= j.max_attempts THEN 'failed'
+                       ELSE 'queued'
+                     END,
+      run_at       = CASE
+                       WHEN c.outcome = 'requeue'
+                         THEN now() + c.delay_us * interval '1 microsecond'
+                       WHEN c.outcome = 'retry' AND j.attempts < j.max_attempts
+                         THEN now() + least(c.cap_us::float8,
+                                            c.base_us::float8 * 2 ^ least(j.attempts, 60))
+                                      * interval '1 microsecond'
+                       ELSE j.run_at
+                     END,
+      max_attempts = CASE WHEN c.outcome = 'requeue'
+                          THEN least(j.max_attempts, 2147483646) + 1
+                          ELSE j.max_attempts END,
+      finished_at  = CASE
+                       WHEN c.outcome IN ('done', 'discard') THEN now()
+                       WHEN c.outcome = 'retry' AND j.attempts >= j.max_attempts THEN now()
+                     END,
+      locked_until = NULL,
+      last_error   = CASE WHEN c.outcome IN ('retry', 'discard') THEN c.error
+                          ELSE j.last_error END
+  FROM c
+  WHERE c.verdict = 'write'
+    AND j.id = c.id
+  RETURNING c.n, j.status, j.run_at,
+            (extract(epoch FROM j.run_at - now()) * 1000000)::int8 AS retry_in_us
 )
-UPDATE {schema}.jobs j
-SET status       = CASE
-                     WHEN o.outcome = 'done' THEN 'done'
-                     WHEN o.outcome = 'discard' THEN 'failed'
-                     WHEN o.outcome = 'requeue' THEN 'queued'
-                     WHEN j.attempts >= j.max_attempts THEN 'failed'
-                     ELSE 'queued'
-                   END,
-    run_at       = CASE
-                     WHEN o.outcome = 'requeue'
-                       THEN now() + o.delay_us * interval '1 microsecond'
-                     WHEN o.outcome = 'retry' AND j.attempts < j.max_attempts
-                       THEN now() + least(o.cap_us::float8,
-                                          o.base_us::float8 * 2 ^ least(j.attempts, 60))
-                                    * interval '1 microsecond'
-                     ELSE j.run_at
-                   END,
-    max_attempts = CASE WHEN o.outcome = 'requeue'
-                        THEN least(j.max_attempts, 2147483646) + 1
-                        ELSE j.max_attempts END,
-    finished_at  = CASE
-                     WHEN o.outcome IN ('done', 'discard') THEN now()
-                     WHEN o.outcome = 'retry' AND j.attempts >= j.max_attempts THEN now()
-                   END,
-    locked_until = NULL,
-    last_error   = CASE WHEN o.outcome IN ('retry', 'discard') THEN o.error
-                        ELSE j.last_error END
-FROM o
-JOIN locked ON locked.id = o.id
-WHERE j.id = o.id
-  AND j.status = 'running'
-  AND j.attempts = o.attempt
-RETURNING j.id, j.status, j.run_at
+SELECT n, 'written' AS result, status, run_at, retry_in_us FROM written
+UNION ALL
+SELECT n, verdict, NULL, NULL, NULL FROM c WHERE verdict <> 'write'

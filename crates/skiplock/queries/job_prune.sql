@@ -2,7 +2,7 @@
 -- more than $1 microseconds ago (by the database's clock). $3 is the batch size (at most
 -- 10,000), so that no statement holds many row locks for long. Returns how many it deleted;
 -- the caller repeats until a batch comes back short.
-WITH doomed AS (
+WITH doomed AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
   WHERE (status = 'done' OR ($2::bool AND status = 'failed'))

@@ -1,14 +1,46 @@
--- Return jobs whose lease expired (S6) to `queued`, or to `failed` once they used all their
--- attempts (a job that kills every worker that runs it must not come back forever).
--- An earlier error is kept; otherwise the reason is 'lease expired'.
+-- One reaper round (S6), run by the worker's reaper and by Client::reap alike:
+--   * jobs whose lease expired go back to `queued`, or to `failed` once they used all their
+--     attempts (a job that kills every worker that runs it must not come back forever);
+--     an earlier error is kept, otherwise the reason is 'lease expired';
+--   * queued jobs with no attempt left (attempts >= max_attempts: the claim would skip them
+--     forever) become `failed` with 'no attempts left' unless they have an error already.
+-- $1 is the most rows of each kind one round moves; the caller repeats while a round comes
+-- back full.
 --
--- The guard is inside the UPDATE itself (no select-then-update by id), so a job that
--- completes concurrently is re-checked on its new row version and left alone.
-UPDATE {schema}.jobs
-SET status       = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
-    finished_at  = CASE WHEN attempts >= max_attempts THEN now() END,
+-- Rows are picked in id order with FOR UPDATE SKIP LOCKED: one row another session holds
+-- (a worker writing that job's outcome, an operator's open transaction) is left for a later
+-- round instead of making the whole round wait and fail on lock_timeout, and the id order
+-- matches the batched outcome and heartbeat statements. FOR UPDATE re-checks the WHERE on
+-- the latest row version, so a job completed concurrently is left alone; the UPDATE then
+-- joins only on id (no filter of its own that stale statistics could make look selective).
+WITH expired AS MATERIALIZED (
+  SELECT id
+  FROM {schema}.jobs
+  WHERE status = 'running'
+    AND locked_until < now()
+  ORDER BY id
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), exhausted AS MATERIALIZED (
+  SELECT id
+  FROM {schema}.jobs
+  WHERE status = 'queued'
+    AND attempts >= max_attempts
+  ORDER BY id
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), doomed AS MATERIALIZED (
+  SELECT id FROM expired
+  UNION ALL
+  SELECT id FROM exhausted
+)
+UPDATE {schema}.jobs j
+SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+    finished_at  = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
     locked_until = NULL,
-    last_error   = coalesce(last_error, 'lease expired')
-WHERE status = 'running'
-  AND locked_until < now()
-RETURNING id, status, attempts
+    last_error   = coalesce(j.last_error,
+                            CASE WHEN j.status = 'queued' THEN 'no attempts left'
+                                 ELSE 'lease expired' END)
+FROM doomed d
+WHERE j.id = d.id
+RETURNING j.id, j.status, j.attempts

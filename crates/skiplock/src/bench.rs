@@ -264,7 +264,9 @@ async fn prepared_ceiling_loop(client: Client, batch: u32) -> Result<usize> {
             )
             .await
             .map_err(Error::db(OP))?
-            .len();
+            .iter()
+            .filter(|r| r.get::<_, &str>("result") == "written")
+            .count();
     }
 }
 

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+use crate::db::job::{Finish, Verdict, Written};
 use crate::db::{self, Sql, Statement};
 use crate::error::{Error, Result};
 use crate::executor::{Conn, Executor};
 use crate::input;
 use crate::job::{
-    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, NewJob, ReapedJob, Retry, Transition,
+    Backoff, ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob,
+    Retry, Transition,
 };
 use crate::migrate::{self, MigrationReport};
 use crate::schema::Schema;
@@ -143,6 +145,7 @@ pub struct ClientBuilder {
     application_name: Option<String>,
     server_timeouts: Option<ServerTimeouts>,
     prepared_statements: bool,
+    unfenced: bool,
 }
 
 impl ClientBuilder {
@@ -193,6 +196,17 @@ impl ClientBuilder {
         self
     }
 
+    /// For tests that must show a checker can fail; never use it.
+    ///
+    /// The client renders its outcome and heartbeat statements without the
+    /// `attempts = <claim's attempt>` part of their guard, so that a stale worker's late write
+    /// is applied to a job another claim now holds.
+    #[doc(hidden)]
+    pub fn unfenced_for_negative_control(mut self) -> Self {
+        self.unfenced = true;
+        self
+    }
+
     /// Checks the settings and builds the client. Connects lazily: the first call that
     /// needs the database opens the first connection.
     pub fn build(self) -> Result<Client> {
@@ -232,7 +246,11 @@ impl ClientBuilder {
         };
         Ok(Client {
             inner: Arc::new(Inner {
-                sql: Sql::new(&schema),
+                sql: if self.unfenced {
+                    Sql::unfenced(&schema)
+                } else {
+                    Sql::new(&schema)
+                },
                 schema,
                 pool,
                 max_payload_bytes: self.max_payload_bytes,
@@ -257,6 +275,37 @@ fn build_pool(cfg: tokio_postgres::Config, size: usize) -> Result<Pool> {
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
         .map_err(|e| Error::invalid("connection pool", e.to_string()))
+}
+
+/// A busy row (locked by another session) is tried again after this, doubling...
+const BUSY_FIRST_WAIT: Duration = Duration::from_millis(20);
+/// ... up to this ...
+const BUSY_MAX_WAIT: Duration = Duration::from_millis(500);
+/// ... for about this long before the manual call reports [`Error::Busy`].
+const BUSY_GIVE_UP: Duration = Duration::from_secs(10);
+
+/// The most reaper rounds one [`Client::reap`] runs.
+pub(crate) const MAX_REAP_ROUNDS: usize = 100;
+
+fn finish(id: JobId, attempt: i32, outcome: &'static str, error: String, b: Backoff) -> Finish {
+    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    Finish {
+        id,
+        attempt,
+        outcome,
+        error,
+        delay_us: 0,
+        base_us: us(b.base()),
+        cap_us: us(b.cap()),
+    }
+}
+
+/// Whether `e` is the database refusing a text it cannot store in its encoding.
+pub(crate) fn is_encoding_error(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::UNTRANSLATABLE_CHARACTER || *c == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+    })
 }
 
 impl Client {
@@ -286,6 +335,7 @@ impl Client {
             application_name: None,
             server_timeouts: Some(ServerTimeouts::default()),
             prepared_statements: false,
+            unfenced: false,
         }
     }
 
@@ -458,18 +508,21 @@ impl Client {
     /// Marks a job done (S4), if it is still `running` with this `attempt`.
     ///
     /// [`Transition::Lost`] means the job is no longer this claim's: nothing was written, and
-    /// the job must not be counted as done.
+    /// the job must not be counted as done. Runs the worker's own batched statement
+    /// (`job_finish_many.sql`) with a batch of one.
     pub async fn complete(&self, id: JobId, attempt: i32) -> Result<Transition> {
-        let conn = self.conn("complete a job").await?;
-        db::job::complete(&**conn, &self.inner.sql, id, attempt)
-            .await
-            .map_err(Error::db("complete a job"))
+        let f = finish(id, attempt, "done", String::new(), Backoff::default());
+        Ok(match self.finish_one(f, "complete a job").await? {
+            Verdict::Applied(_) => Transition::Applied,
+            _ => Transition::Lost,
+        })
     }
 
     /// Records a failed attempt (S5), guarded like [`Client::complete`]. With
     /// [`Retry::Backoff`] the job goes back to `queued` to run after the backoff, or to
     /// `failed` when it has used `max_attempts`; with [`Retry::Never`] it is `failed` now.
-    /// `error` is kept in `last_error` (NULs removed, cut to 16 KiB).
+    /// `error` is kept in `last_error` (NULs removed, cut to 16 KiB; written with non-ASCII
+    /// characters escaped if the database's encoding cannot store them).
     pub async fn fail(
         &self,
         id: JobId,
@@ -477,46 +530,104 @@ impl Client {
         error: &str,
         retry: Retry,
     ) -> Result<FailOutcome> {
-        let (permanent, backoff) = match retry {
-            Retry::Backoff(b) => (false, b),
-            Retry::Never => (true, crate::job::Backoff::default()),
+        let (outcome, backoff) = match retry {
+            Retry::Backoff(b) => ("retry", b),
+            Retry::Never => ("discard", Backoff::default()),
         };
-        let base_us = input::micros("backoff", backoff.base())?;
-        let cap_us = input::micros("backoff", backoff.cap())?;
-        let error = input::error_message(error);
-        let conn = self.conn("record a failed job").await?;
-        db::job::fail(
-            &**conn,
-            &self.inner.sql,
-            id,
-            attempt,
-            &error,
-            permanent,
-            base_us,
-            cap_us,
-        )
-        .await
-        .map_err(Error::db("record a failed job"))
+        input::micros("backoff", backoff.base())?;
+        input::micros("backoff", backoff.cap())?;
+        let f = finish(id, attempt, outcome, input::error_message(error), backoff);
+        Ok(match self.finish_one(f, "record a failed job").await? {
+            Verdict::Applied(w) if w.state == JobState::Queued => FailOutcome::Retrying {
+                run_at: w.run_at,
+                retry_in: Duration::from_micros(w.retry_in_us.max(0).unsigned_abs()),
+            },
+            Verdict::Applied(_) => FailOutcome::Failed,
+            _ => FailOutcome::Lost,
+        })
+    }
+
+    /// Writes one outcome with the batched statement. A row another session holds locked
+    /// (busy) is tried again for a few seconds; an error text the database's encoding
+    /// cannot store is written again with its non-ASCII characters escaped.
+    async fn finish_one(&self, mut f: Finish, op: &'static str) -> Result<Verdict<Written>> {
+        let conn = self.conn(op).await?;
+        let mut busy_wait = BUSY_FIRST_WAIT;
+        let deadline = tokio::time::Instant::now() + BUSY_GIVE_UP;
+        let mut escaped = false;
+        loop {
+            let batch = std::slice::from_ref(&f);
+            let verdict = match db::job::finish_many(&**conn, None, &self.inner.sql, batch).await {
+                Ok(v) => v.into_iter().next().unwrap_or(Verdict::Lost),
+                Err(e) if !escaped && is_encoding_error(&e) => {
+                    escaped = true;
+                    f.error = db::job::ascii_escaped(&f.error);
+                    continue;
+                }
+                Err(e) => return Err(Error::db(op)(e)),
+            };
+            if !verdict.is_busy() {
+                return Ok(verdict);
+            }
+            if tokio::time::Instant::now() + busy_wait > deadline {
+                return Err(Error::Busy { op, id: f.id });
+            }
+            tokio::time::sleep(busy_wait).await;
+            busy_wait = (busy_wait * 2).min(BUSY_MAX_WAIT);
+        }
     }
 
     /// Renews a running job's lease to `lease` from the database's `now()` (S7), guarded like
     /// [`Client::complete`]. [`Transition::Lost`] means the job is no longer this claim's:
-    /// stop working on it, and do not write its result.
+    /// stop working on it, and do not write its result. Runs the heartbeat's batched
+    /// statement (`job_extend_many.sql`) with a batch of one.
     pub async fn extend(&self, id: JobId, attempt: i32, lease: Duration) -> Result<Transition> {
+        const OP: &str = "extend a lease";
         let lease_us = input::lease_micros(lease)?;
-        let conn = self.conn("extend a lease").await?;
-        db::job::extend(&**conn, &self.inner.sql, id, attempt, lease_us)
-            .await
-            .map_err(Error::db("extend a lease"))
+        let conn = self.conn(OP).await?;
+        let mut busy_wait = BUSY_FIRST_WAIT;
+        let deadline = tokio::time::Instant::now() + BUSY_GIVE_UP;
+        loop {
+            let verdict =
+                db::job::extend_many(&**conn, None, &self.inner.sql, &[(id, attempt)], lease_us)
+                    .await
+                    .map_err(Error::db(OP))?
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Verdict::Lost);
+            match verdict {
+                Verdict::Applied(()) => return Ok(Transition::Applied),
+                Verdict::Lost => return Ok(Transition::Lost),
+                Verdict::Busy => {}
+            }
+            if tokio::time::Instant::now() + busy_wait > deadline {
+                return Err(Error::Busy { op: OP, id });
+            }
+            tokio::time::sleep(busy_wait).await;
+            busy_wait = (busy_wait * 2).min(BUSY_MAX_WAIT);
+        }
     }
 
-    /// Returns every job whose lease has expired to `queued`, or to `failed` if it has used
-    /// all its attempts (S6). Keeps an earlier `last_error`, else records `lease expired`.
+    /// Returns jobs whose lease has expired to `queued`, or to `failed` if they have used all
+    /// their attempts (S6), and moves queued jobs with no attempt left to `failed`. Keeps an
+    /// earlier `last_error`, else records `lease expired` (or `no attempts left`). Runs the
+    /// worker reaper's statement in rounds of up to 1,000 rows of each kind until a round
+    /// comes back short; a row another session holds locked is left for a later call.
     pub async fn reap(&self) -> Result<Vec<ReapedJob>> {
-        let conn = self.conn("reap expired leases").await?;
-        db::job::reap(&**conn, &self.inner.sql)
-            .await
-            .map_err(Error::db("reap expired leases"))
+        const OP: &str = "reap expired leases";
+        let conn = self.conn(OP).await?;
+        let mut all = Vec::new();
+        for _ in 0..MAX_REAP_ROUNDS {
+            let round = db::job::reap(&**conn, &self.inner.sql)
+                .await
+                .map_err(Error::db(OP))?;
+            let full = round.len() >= usize::try_from(db::job::REAP_BATCH).unwrap_or(usize::MAX);
+            all.extend(round);
+            if !full {
+                break;
+            }
+        }
+        Ok(all)
     }
 
     /// One job by id, or `None`.

@@ -38,6 +38,17 @@ pub enum Error {
         source: tokio_postgres::Error,
     },
 
+    /// Another session kept the job's row locked for seconds while doing `op` (a manual
+    /// [`Client::complete`](crate::Client::complete), [`fail`](crate::Client::fail) or
+    /// [`extend`](crate::Client::extend)). Nothing was written; the call may be repeated.
+    #[error("could not {op}: job {id}'s row stayed locked by another session")]
+    Busy {
+        /// What we were doing.
+        op: &'static str,
+        /// The job.
+        id: crate::job::JobId,
+    },
+
     /// No connection could be had from the pool while doing `op`.
     #[error("could not get a database connection to {op}")]
     Pool {

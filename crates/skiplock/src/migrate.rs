@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "autovacuum",
         sql: include_str!("../migrations/0004_autovacuum.sql"),
     },
+    Migration {
+        version: 5,
+        name: "exhausted_index",
+        sql: include_str!("../migrations/0005_exhausted_index.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

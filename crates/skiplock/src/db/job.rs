@@ -4,15 +4,14 @@
 //! round trip, and no named prepared statements, so it also works through PgBouncer in
 //! transaction mode.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error, GenericClient, Row};
 
 use super::Sql;
 use crate::job::{
-    ClaimedJob, EncodedBatch, EncodedJob, FailOutcome, JobId, JobRow, JobState, ReapedJob,
-    Transition,
+    ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob, Transition,
 };
 
 /// For the hot-path statements: a pooled connection whose statement cache to use (named
@@ -127,86 +126,18 @@ fn claimed_job(r: &Row) -> Result<ClaimedJob, Error> {
     })
 }
 
-pub(crate) async fn complete<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    id: JobId,
-    attempt: i32,
-) -> Result<Transition, Error> {
-    let n = c
-        .execute_typed(
-            &sql.complete,
-            &[(&id.0, Type::INT8), (&attempt, Type::INT4)],
-        )
-        .await?;
-    Ok(transition(n))
-}
+/// The most jobs one reaper round moves per kind (expired leases, exhausted queued jobs).
+pub(crate) const REAP_BATCH: i64 = 1_000;
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn fail<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    id: JobId,
-    attempt: i32,
-    error: &str,
-    permanent: bool,
-    base_us: i64,
-    cap_us: i64,
-) -> Result<FailOutcome, Error> {
-    let row = c
-        .query_typed_opt(
-            &sql.fail,
-            &[
-                (&id.0, Type::INT8),
-                (&attempt, Type::INT4),
-                (&error, Type::TEXT),
-                (&permanent, Type::BOOL),
-                (&base_us, Type::INT8),
-                (&cap_us, Type::INT8),
-            ],
-        )
-        .await?;
-    let Some(row) = row else {
-        return Ok(FailOutcome::Lost);
-    };
-    let status: &str = row.try_get("status")?;
-    Ok(match JobState::parse(status) {
-        Some(JobState::Queued) => {
-            let retry_in_us: i64 = row.try_get("retry_in_us")?;
-            FailOutcome::Retrying {
-                run_at: row.try_get("run_at")?,
-                retry_in: Duration::from_micros(retry_in_us.max(0).unsigned_abs()),
-            }
-        }
-        _ => FailOutcome::Failed,
-    })
-}
-
-pub(crate) async fn extend<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    id: JobId,
-    attempt: i32,
-    lease_us: i64,
-) -> Result<Transition, Error> {
-    let n = c
-        .execute_typed(
-            &sql.extend,
-            &[
-                (&id.0, Type::INT8),
-                (&attempt, Type::INT4),
-                (&lease_us, Type::INT8),
-            ],
-        )
-        .await?;
-    Ok(transition(n))
-}
-
+/// One reaper round (at most [`REAP_BATCH`] of each kind); the caller repeats while a round
+/// comes back full.
 pub(crate) async fn reap<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
 ) -> Result<Vec<ReapedJob>, Error> {
-    let rows = c.query_typed(&sql.reap, &[]).await?;
+    let rows = c
+        .query_typed(&sql.reap, &[(&REAP_BATCH, Type::INT8)])
+        .await?;
     rows.iter()
         .map(|r| {
             let status: &str = r.try_get("status")?;
@@ -246,12 +177,30 @@ pub(crate) async fn get<C: GenericClient + Sync>(
     }))
 }
 
-fn transition(rows: u64) -> Transition {
-    if rows == 1 {
-        Transition::Applied
-    } else {
-        Transition::Lost
+/// What a batched guarded write did to one element of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict<T> {
+    /// The guard held and the row was written.
+    Applied(T),
+    /// The guard did not hold: the job is no longer this claim's.
+    Lost,
+    /// Another session held the row locked: nothing was written, nothing is known; try
+    /// again shortly.
+    Busy,
+}
+
+impl<T> Verdict<T> {
+    pub(crate) fn is_busy(&self) -> bool {
+        matches!(self, Verdict::Busy)
     }
+}
+
+/// A written outcome: the job's new status and run_at, and run_at - now() in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub state: JobState,
+    pub run_at: SystemTime,
+    pub retry_in_us: i64,
 }
 
 /// One job's outcome, as bound to `job_finish_many.sql`.
@@ -266,13 +215,39 @@ pub(crate) struct Finish {
     pub cap_us: i64,
 }
 
-/// Writes many outcomes; returns `(id, status, run_at)` of the rows written.
+/// Places each row's verdict at its input position (`n`, 1-based). An element the
+/// statement returned nothing for (a duplicate id in one batch) counts as lost.
+fn by_position<T>(
+    len: usize,
+    rows: &[Row],
+    verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, Error>,
+) -> Result<Vec<Verdict<T>>, Error> {
+    let mut out: Vec<Verdict<T>> = (0..len).map(|_| Verdict::Lost).collect();
+    for r in rows {
+        let n: i64 = r.try_get("n")?;
+        let result: &str = r.try_get("result")?;
+        let v = verdict(r, result)?;
+        if let Some(slot) = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| out.get_mut(i))
+        {
+            *slot = v;
+        }
+    }
+    Ok(out)
+}
+
+/// Writes many outcomes; returns one verdict per element of `batch`, in its order.
 pub(crate) async fn finish_many<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
     sql: &Sql,
     batch: &[Finish],
-) -> Result<Vec<(JobId, JobState, SystemTime)>, Error> {
+) -> Result<Vec<Verdict<Written>>, Error> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
     let ids: Vec<i64> = batch.iter().map(|f| f.id.0).collect();
     let attempts: Vec<i32> = batch.iter().map(|f| f.attempt).collect();
     let outcomes: Vec<&str> = batch.iter().map(|f| f.outcome).collect();
@@ -295,26 +270,68 @@ pub(crate) async fn finish_many<C: GenericClient + Sync>(
         ],
     )
     .await?;
-    rows.iter()
-        .map(|r| {
-            let status: &str = r.try_get(1)?;
-            Ok((
-                JobId(r.try_get(0)?),
-                JobState::parse(status).unwrap_or(JobState::Failed),
-                r.try_get(2)?,
-            ))
+    by_position(batch.len(), &rows, |r, result| {
+        Ok(match result {
+            "written" => {
+                let status: &str = r.try_get("status")?;
+                Verdict::Applied(Written {
+                    // The CHECK constraint allows only the four states.
+                    state: JobState::parse(status).unwrap_or(JobState::Failed),
+                    run_at: r.try_get("run_at")?,
+                    retry_in_us: r.try_get("retry_in_us")?,
+                })
+            }
+            "busy" => Verdict::Busy,
+            _ => Verdict::Lost,
         })
-        .collect()
+    })
 }
 
-/// Renews many leases; returns the ids renewed.
+/// Marks one job done with [`finish_many`] (a batch of one), for the lab and the benchmark.
+/// A busy row (a concurrent claim's `FOR UPDATE` may hold it for a moment while it re-checks
+/// the row and skips it) is tried again for up to about 5 s, then counts as not applied.
+pub(crate) async fn complete<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    id: JobId,
+    attempt: i32,
+) -> Result<Transition, Error> {
+    let f = Finish {
+        id,
+        attempt,
+        outcome: "done",
+        error: String::new(),
+        delay_us: 0,
+        base_us: 0,
+        cap_us: 0,
+    };
+    let mut wait = std::time::Duration::from_millis(1);
+    for _ in 0..20 {
+        match finish_many(c, None, sql, std::slice::from_ref(&f))
+            .await?
+            .first()
+        {
+            Some(Verdict::Applied(_)) => return Ok(Transition::Applied),
+            Some(Verdict::Busy) => {}
+            _ => return Ok(Transition::Lost),
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_millis(500));
+    }
+    Ok(Transition::Lost)
+}
+
+/// Renews many leases; returns one verdict per element of `jobs`, in its order.
 pub(crate) async fn extend_many<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
     sql: &Sql,
     jobs: &[(JobId, i32)],
     lease_us: i64,
-) -> Result<Vec<JobId>, Error> {
+) -> Result<Vec<Verdict<()>>, Error> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
     let ids: Vec<i64> = jobs.iter().map(|j| j.0 .0).collect();
     let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
     let rows = rows(
@@ -328,7 +345,28 @@ pub(crate) async fn extend_many<C: GenericClient + Sync>(
         ],
     )
     .await?;
-    rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
+    by_position(jobs.len(), &rows, |_, result| {
+        Ok(match result {
+            "renewed" => Verdict::Applied(()),
+            "busy" => Verdict::Busy,
+            _ => Verdict::Lost,
+        })
+    })
+}
+
+/// `s` with every character outside printable ASCII written as `\u{..}`: text that any
+/// server encoding can store (for error messages a database refused to encode).
+pub(crate) fn ascii_escaped(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        if ch.is_ascii() && (!ch.is_ascii_control() || ch == '\n' || ch == '\t') {
+            out.push(ch);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(ch));
+        }
+    }
+    out
 }
 
 /// Microseconds until the next queued job of `queue` is due, if any is queued.

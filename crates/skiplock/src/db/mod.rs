@@ -25,14 +25,27 @@ pub enum Statement {
     InsertMany,
     /// `queries/job_claim.sql`: claim ready jobs with a lease (`FOR UPDATE SKIP LOCKED`).
     Claim,
-    /// `queries/job_complete.sql`: mark a job done, guarded by its attempt.
-    Complete,
-    /// `queries/job_fail.sql`: record a failure, with backoff or for good, guarded.
-    Fail,
-    /// `queries/job_extend.sql`: renew a lease, guarded.
-    Extend,
-    /// `queries/job_reap.sql`: return expired leases to the queue.
+    /// `queries/job_finish_many.sql`: write many outcomes (done, retry, discard, requeue),
+    /// each guarded by its claim's attempt; the worker's completer and
+    /// [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail)
+    /// (a batch of one). One result row per input: written, lost or busy.
+    FinishMany,
+    /// `queries/job_extend_many.sql`: renew many leases, guarded like
+    /// [`Statement::FinishMany`]; the worker's heartbeat and
+    /// [`Client::extend`](crate::Client::extend). One result row per input: renewed, lost
+    /// or busy.
+    ExtendMany,
+    /// `queries/job_reap.sql`: one reaper round: expired leases back to the queue (or
+    /// failed), queued jobs with no attempt left to failed; `$1` rows of each at most.
     Reap,
+    /// `queries/job_cancel.sql`: cancel jobs by id (notifies `cancel:<id>` for running ones).
+    Cancel,
+    /// `queries/job_retry.sql`: make jobs ready again by id.
+    Retry,
+    /// `queries/job_delete.sql`: delete jobs that are not running, by id.
+    Delete,
+    /// `queries/job_prune.sql`: delete one batch of finished jobs.
+    Prune,
     /// `queries/job_get.sql`: one job by id.
     Get,
     /// `queries/lab_claim_naive.sql`: the article's wrong claim (lab only).
@@ -53,8 +66,19 @@ macro_rules! templates {
 
         impl Sql {
             pub(crate) fn new(schema: &Schema) -> Self {
+                Self::render_all(schema, Fence::On)
+            }
+
+            /// Every statement with the attempt part of its guard (lines marked `-- fence`)
+            /// left out: a negative control for tests, see
+            /// [`ClientBuilder::unfenced_for_negative_control`](crate::ClientBuilder::unfenced_for_negative_control).
+            pub(crate) fn unfenced(schema: &Schema) -> Self {
+                Self::render_all(schema, Fence::Off)
+            }
+
+            fn render_all(schema: &Schema, fence: Fence) -> Self {
                 Sql {
-                    $($field: render(include_str!(concat!("../../queries/", $file)), schema),)*
+                    $($field: render_with(include_str!(concat!("../../queries/", $file)), schema, fence),)*
                 }
             }
         }
@@ -65,9 +89,6 @@ templates! {
     insert => "job_insert.sql",
     insert_many => "job_insert_many.sql",
     claim => "job_claim.sql",
-    complete => "job_complete.sql",
-    fail => "job_fail.sql",
-    extend => "job_extend.sql",
     reap => "job_reap.sql",
     get => "job_get.sql",
     finish_many => "job_finish_many.sql",
@@ -109,10 +130,13 @@ impl Sql {
             Statement::Insert => &self.insert,
             Statement::InsertMany => &self.insert_many,
             Statement::Claim => &self.claim,
-            Statement::Complete => &self.complete,
-            Statement::Fail => &self.fail,
-            Statement::Extend => &self.extend,
+            Statement::FinishMany => &self.finish_many,
+            Statement::ExtendMany => &self.extend_many,
             Statement::Reap => &self.reap,
+            Statement::Cancel => &self.cancel,
+            Statement::Retry => &self.retry,
+            Statement::Delete => &self.delete,
+            Statement::Prune => &self.prune,
             Statement::Get => &self.get,
             Statement::LabClaimNaive => &self.lab_claim_naive,
             Statement::LabClaimForUpdate => &self.lab_claim_for_update,
@@ -121,17 +145,42 @@ impl Sql {
     }
 }
 
+/// Whether the attempt part of the guards is rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fence {
+    On,
+    Off,
+}
+
+/// The marker that ends a line holding the attempt part of a guard.
+const FENCE_MARK: &str = "-- fence";
+
 /// Fills in the schema and drops full-line comments and blank lines.
 pub(crate) fn render(template: &str, schema: &Schema) -> String {
+    render_with(template, schema, Fence::On)
+}
+
+/// [`render`], and `{channel}` becomes the schema's notification channel as a string literal
+/// (safe: a validated schema name holds no quote). A line ending in `-- fence` is the
+/// attempt part of a guard: kept (without the marker) normally, dropped with [`Fence::Off`].
+fn render_with(template: &str, schema: &Schema, fence: Fence) -> String {
     template
         .lines()
-        .filter(|l| {
+        .filter_map(|l| {
             let t = l.trim_start();
-            !t.is_empty() && !t.starts_with("--")
+            if t.is_empty() || t.starts_with("--") {
+                return None;
+            }
+            match l.trim_end().strip_suffix(FENCE_MARK) {
+                Some(_) if fence == Fence::Off => None,
+                Some(kept) => Some(kept.trim_end()),
+                None => Some(l),
+            }
         })
         .collect::<Vec<_>>()
         .join("\n")
         .replace("{schema}", schema.quoted())
+        .replace("{channel}", &format!("'{}'", schema.channel()))
 }
 
 #[cfg(test)]
@@ -145,5 +194,22 @@ mod tests {
         assert!(sql.claim.contains("FOR UPDATE SKIP LOCKED"));
         assert!(!sql.claim.contains("--"));
         assert!(!sql.claim.contains("{schema}"));
+    }
+
+    #[test]
+    fn the_fence_is_kept_or_left_out_as_asked() {
+        let schema = Schema::new("s").unwrap();
+        let fenced = Sql::new(&schema);
+        let unfenced = Sql::unfenced(&schema);
+        for (a, b) in [
+            (&fenced.finish_many, &unfenced.finish_many),
+            (&fenced.extend_many, &unfenced.extend_many),
+        ] {
+            assert!(a.contains("attempts = o.attempt") && !a.contains(FENCE_MARK));
+            assert!(!b.contains("attempts = o.attempt") && !b.contains(FENCE_MARK));
+            assert!(b.contains("status = 'running'"));
+        }
+        assert_eq!(fenced.claim, unfenced.claim);
+        assert!(fenced.cancel.contains("pg_notify('s.jobs', "));
     }
 }

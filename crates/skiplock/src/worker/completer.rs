@@ -1,27 +1,134 @@
 //! Writes job outcomes in batches: everything that arrived since the last write goes to the
-//! database in one guarded statement (`job_finish_many.sql`). A row the guard refuses was no
-//! longer this worker's: logged, never counted as done.
+//! database in one guarded statement (`job_finish_many.sql`), which answers for each row:
+//!
+//! * written: counted (done, retried, failed, requeued);
+//! * lost: the job was no longer this worker's; logged, never counted as done;
+//! * busy: another session held the row locked (the reaper, an operator, this worker's own
+//!   heartbeat). Nothing was written; the row is tried again shortly, alone or with the next
+//!   batch, while the others of its batch are written at once.
+//!
+//! A deterministic error of the statement (a data exception such as an error text the
+//! database's encoding cannot store, a constraint, a program limit) would fail every retry
+//! of the same batch: the batch is then written row by row, so that only the bad row is
+//! affected, and an error text the database cannot encode is written again with its
+//! non-ASCII characters escaped.
+//!
+//! Until its outcome is written or given up, a job stays in the [`Outbox`]'s pending set,
+//! and the heartbeat keeps renewing its lease: a slow or retried write cannot let the lease
+//! expire and the job run twice.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::{backoff, Counters, Shared};
-use crate::db::{self, job::Finish};
+use crate::db::{
+    self,
+    job::{Finish, Verdict, Written},
+};
 use crate::error::Error;
 use crate::job::{JobId, JobState};
+
+/// How many times a batch is tried after connection or server errors before giving up.
+const MAX_FAILURES: u32 = 20;
+/// A busy row is tried again after this, doubling up to [`BUSY_MAX_WAIT`].
+const BUSY_FIRST_WAIT: Duration = Duration::from_millis(20);
+const BUSY_MAX_WAIT: Duration = Duration::from_secs(1);
+/// At shutdown, busy rows are tried for this long before they are given up (their leases
+/// expire and the reaper hands the jobs out again).
+const BUSY_AT_STOP: Duration = Duration::from_secs(5);
+
+/// The sending side of the completer: the executors' outcomes, and the set of jobs whose
+/// outcome is not written yet (their leases are still renewed).
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: mpsc::UnboundedSender<Finish>,
+    pending: Arc<Mutex<HashSet<(JobId, i32)>>>,
+}
+
+/// A new outbox and the completer's receiving end.
+pub(crate) fn channel() -> (Outbox, mpsc::UnboundedReceiver<Finish>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (
+        Outbox {
+            tx,
+            pending: Arc::default(),
+        },
+        rx,
+    )
+}
+
+impl Outbox {
+    /// Queues an outcome for writing; the job counts as pending until it is written.
+    pub(crate) fn send(&self, f: Finish) -> Result<(), mpsc::error::SendError<Finish>> {
+        let key = (f.id, f.attempt);
+        self.pending().insert(key);
+        self.tx.send(f).inspect_err(|_| {
+            self.pending().remove(&key);
+        })
+    }
+
+    /// The jobs whose outcome is not written yet, with their attempt.
+    pub(crate) fn pending_jobs(&self) -> Vec<(JobId, i32)> {
+        self.pending().iter().copied().collect()
+    }
+
+    fn done_with(&self, f: &Finish) {
+        self.pending().remove(&(f.id, f.attempt));
+    }
+
+    fn pending(&self) -> MutexGuard<'_, HashSet<(JobId, i32)>> {
+        // Single inserts and removes: a poisoned lock is still consistent.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Rows the database reported busy, waiting to be tried again.
+#[derive(Default)]
+struct Busy {
+    rows: Vec<Finish>,
+    rounds: u32,
+    due: Option<Instant>,
+}
+
+impl Busy {
+    fn add(&mut self, rows: Vec<Finish>) {
+        if rows.is_empty() {
+            if self.rows.is_empty() {
+                self.rounds = 0;
+                self.due = None;
+            }
+            return;
+        }
+        self.rows.extend(rows);
+        let wait = BUSY_FIRST_WAIT
+            .saturating_mul(1u32 << self.rounds.min(8))
+            .min(BUSY_MAX_WAIT);
+        self.rounds = self.rounds.saturating_add(1);
+        self.due = Some(Instant::now() + wait);
+    }
+
+    fn take(&mut self) -> Vec<Finish> {
+        self.due = None;
+        std::mem::take(&mut self.rows)
+    }
+}
 
 pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Finish>) {
     let max = shared.cfg.max_finish_batch;
     let mut batch = Vec::with_capacity(max);
+    let mut busy = Busy::default();
     loop {
+        let due = busy.due;
         tokio::select! {
             got = rx.recv() => match got {
                 Some(f) => batch.push(f),
                 None => break,
             },
+            () = sleep_until(due), if due.is_some() => batch.extend(busy.take()),
             () = shared.stop_services.cancelled() => break,
         }
         while batch.len() < max {
@@ -30,76 +137,194 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Fin
                 Err(_) => break,
             }
         }
-        flush(&shared, &mut batch).await;
+        let again = flush(&shared, std::mem::take(&mut batch)).await;
+        busy.add(again);
     }
-    // Stopping: write whatever is left.
+    // Stopping: write whatever is left, then the busy rows for a little while.
     while let Ok(f) = rx.try_recv() {
         batch.push(f);
-        if batch.len() >= max {
-            flush(&shared, &mut batch).await;
-        }
     }
-    flush(&shared, &mut batch).await;
+    batch.extend(busy.take());
+    let give_up = Instant::now() + BUSY_AT_STOP;
+    loop {
+        let again = flush(&shared, std::mem::take(&mut batch)).await;
+        if again.is_empty() {
+            break;
+        }
+        busy.add(again);
+        let due = busy.due.unwrap_or_else(Instant::now);
+        if due > give_up {
+            for f in busy.take() {
+                shared.finish_tx.done_with(&f);
+                tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not written: the job's row stayed locked by another session; its lease will expire and the reaper will retry it");
+            }
+            break;
+        }
+        tokio::time::sleep_until(due).await;
+        batch = busy.take();
+    }
 }
 
-async fn flush(shared: &Shared, batch: &mut Vec<Finish>) {
-    if batch.is_empty() {
-        return;
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
+}
+
+/// Writes `batch` in chunks of at most `max_finish_batch`; returns the rows found busy.
+async fn flush(shared: &Shared, batch: Vec<Finish>) -> Vec<Finish> {
+    let mut busy = Vec::new();
+    for chunk in batch.chunks(shared.cfg.max_finish_batch.max(1)) {
+        write_chunk(shared, chunk, &mut busy).await;
+    }
+    busy
+}
+
+async fn write_chunk(shared: &Shared, chunk: &[Finish], busy: &mut Vec<Finish>) {
+    match write_retrying(shared, chunk).await {
+        Ok((verdicts, failures)) => account(shared, chunk, verdicts, failures, busy),
+        Err(Failure::Deterministic(e)) if chunk.len() > 1 => {
+            tracing::warn!(jobs = chunk.len(), error = %super::producer::error_chain(&e), "a batch of outcomes was refused; writing its rows one by one");
+            for f in chunk {
+                write_one(shared, f.clone(), busy).await;
+            }
+        }
+        Err(Failure::Deterministic(e)) => {
+            write_one_after(shared, chunk.to_vec(), e, busy).await;
+        }
+        Err(Failure::GaveUp(e)) => give_up(shared, chunk, &e),
+    }
+}
+
+/// One row on its own: an error text the database cannot encode is escaped to ASCII.
+async fn write_one(shared: &Shared, f: Finish, busy: &mut Vec<Finish>) {
+    let one = std::slice::from_ref(&f);
+    match write_retrying(shared, one).await {
+        Ok((verdicts, failures)) => account(shared, one, verdicts, failures, busy),
+        Err(Failure::Deterministic(e)) => write_one_after(shared, vec![f], e, busy).await,
+        Err(Failure::GaveUp(e)) => give_up(shared, one, &e),
+    }
+}
+
+/// A single row the database refused with `e`: written again with its error text escaped
+/// if that was the cause, else given up.
+async fn write_one_after(shared: &Shared, mut rows: Vec<Finish>, e: Error, busy: &mut Vec<Finish>) {
+    let encoding =
+        matches!(&e, Error::Database { source, .. } if crate::client::is_encoding_error(source));
+    if encoding {
+        for f in &mut rows {
+            f.error = db::job::ascii_escaped(&f.error);
+        }
+        match write_retrying(shared, &rows).await {
+            Ok((verdicts, failures)) => {
+                tracing::info!(
+                    jobs = rows.len(),
+                    "error text escaped to ASCII: the database's encoding could not store it"
+                );
+                return account(shared, &rows, verdicts, failures, busy);
+            }
+            Err(Failure::Deterministic(e) | Failure::GaveUp(e)) => {
+                return give_up(shared, &rows, &e)
+            }
+        }
+    }
+    give_up(shared, &rows, &e);
+}
+
+fn give_up(shared: &Shared, rows: &[Finish], e: &Error) {
+    tracing::error!(
+        jobs = rows.len(),
+        ids = ?rows.iter().map(|f| f.id.0).collect::<Vec<_>>(),
+        error = %super::producer::error_chain(e),
+        "could not write job outcomes; their leases will expire and the reaper will retry them"
+    );
+    for f in rows {
+        shared.finish_tx.done_with(f);
+    }
+}
+
+enum Failure {
+    /// The statement itself was refused (SQLSTATE class 22, 23 or 54): the same rows would
+    /// be refused again.
+    Deterministic(Error),
+    /// Connection or server trouble that outlasted the retries.
+    GaveUp(Error),
+}
+
+fn is_deterministic(e: &Error) -> bool {
+    e.code().is_some_and(|c| {
+        let code = c.code();
+        code.starts_with("22") || code.starts_with("23") || code.starts_with("54")
+    })
+}
+
+/// Writes `rows`, retrying connection and server errors with backoff. Returns the verdicts
+/// and how many attempts failed first.
+async fn write_retrying(
+    shared: &Shared,
+    rows: &[Finish],
+) -> Result<(Vec<Verdict<Written>>, u32), Failure> {
     let mut failures = 0u32;
-    let written = loop {
-        match write(shared, batch).await {
-            Ok(rows) => break rows,
+    loop {
+        match write(shared, rows).await {
+            Ok(v) => return Ok((v, failures)),
+            Err(e) if is_deterministic(&e) => return Err(Failure::Deterministic(e)),
             Err(e) => {
                 failures += 1;
-                if failures > 20 {
-                    tracing::error!(
-                        jobs = batch.len(),
-                        error = %super::producer::error_chain(&e),
-                        "could not write job outcomes; their leases will expire and the reaper will retry them"
-                    );
-                    batch.clear();
-                    return;
+                if failures > MAX_FAILURES {
+                    return Err(Failure::GaveUp(e));
                 }
                 let wait = backoff(failures, Duration::from_secs(5));
                 tracing::warn!(error = %super::producer::error_chain(&e), retry_in = ?wait, "writing job outcomes failed");
                 tokio::time::sleep(wait).await;
             }
         }
-    };
-    let c = &shared.counters;
-    let sent: HashMap<JobId, &str> = batch.iter().map(|f| (f.id, f.outcome)).collect();
-    let mut seen = HashSet::with_capacity(written.len());
-    for (id, state) in &written {
-        seen.insert(*id);
-        let outcome = sent.get(id).copied().unwrap_or("");
-        match (outcome, state) {
-            ("done", _) => Counters::add(&c.done, 1),
-            (_, JobState::Failed) => Counters::add(&c.failed, 1),
-            ("requeue", _) => Counters::add(&c.requeued, 1),
-            _ => Counters::add(&c.retried, 1),
-        }
     }
-    for f in batch.iter().filter(|f| !seen.contains(&f.id)) {
-        Counters::add(&c.lost, 1);
-        if failures > 0 {
-            tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not applied; it may have been written before the connection failed");
-        } else {
-            tracing::warn!(id = %f.id, attempt = f.attempt, outcome = f.outcome, "outcome refused: the job is no longer this worker's");
-        }
-    }
-    batch.clear();
 }
 
-async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<(JobId, JobState)>, Error> {
+fn account(
+    shared: &Shared,
+    rows: &[Finish],
+    verdicts: Vec<Verdict<Written>>,
+    failures: u32,
+    busy: &mut Vec<Finish>,
+) {
+    let c = &shared.counters;
+    for (f, v) in rows.iter().zip(verdicts) {
+        match v {
+            Verdict::Busy => {
+                tracing::debug!(id = %f.id, attempt = f.attempt, "the job's row is locked by another session; writing its outcome shortly");
+                busy.push(f.clone());
+                continue;
+            }
+            Verdict::Applied(w) => match (f.outcome, w.state) {
+                ("done", _) => Counters::add(&c.done, 1),
+                (_, JobState::Failed) => Counters::add(&c.failed, 1),
+                ("requeue", _) => Counters::add(&c.requeued, 1),
+                _ => Counters::add(&c.retried, 1),
+            },
+            Verdict::Lost => {
+                Counters::add(&c.lost, 1);
+                if failures > 0 {
+                    tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not applied; it may have been written before the connection failed");
+                } else {
+                    tracing::warn!(id = %f.id, attempt = f.attempt, outcome = f.outcome, "outcome refused: the job is no longer this worker's");
+                }
+            }
+        }
+        shared.finish_tx.done_with(f);
+    }
+}
+
+async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<Verdict<Written>>, Error> {
     let conn = shared.client.conn("write job outcomes").await?;
-    let rows = db::job::finish_many(
+    db::job::finish_many(
         &**conn,
         shared.client.cache(&conn),
         shared.client.sql(),
         batch,
     )
     .await
-    .map_err(Error::db("write job outcomes"))?;
-    Ok(rows.into_iter().map(|(id, s, _)| (id, s)).collect())
+    .map_err(Error::db("write job outcomes"))
 }

@@ -1,14 +1,23 @@
-//! Renews the leases of all of this worker's running jobs in one statement per interval
-//! (`job_extend_many.sql`). A job whose renewal is refused is no longer this worker's: its
-//! handler is told (its context is cancelled) and its result will be dropped. Sends nothing
-//! while no job runs.
+//! Renews the leases of all of this worker's jobs in one statement per interval
+//! (`job_extend_many.sql`): the running ones, and the finished ones whose outcome the
+//! completer has not written yet (so that a slow or retried write cannot let a lease expire
+//! and the job run twice). A running job whose renewal is refused is no longer this
+//! worker's: its handler is told (its context is cancelled) and its result will be dropped.
+//! A job whose row another session holds locked (busy) is tried again a few times within
+//! the beat, and is not counted lost. Sends nothing while no job runs.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Shared;
-use crate::db;
+use crate::db::{self, job::Verdict};
 use crate::error::Error;
 use crate::job::JobId;
+
+/// Busy rows are tried again within the beat after 100 ms, 200 ms, 400 ms, 800 ms.
+const BUSY_RETRIES: u32 = 4;
+const BUSY_FIRST_WAIT: Duration = Duration::from_millis(100);
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(shared.cfg.heartbeat_interval);
@@ -19,42 +28,82 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             () = shared.stop_services.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let held: Vec<(JobId, i32)> = shared
-            .running()
-            .iter()
-            .filter(|(_, r)| r.heartbeat && !r.lost)
-            .map(|(id, r)| (*id, r.attempt))
-            .collect();
-        if held.is_empty() {
-            continue;
+        beat(&shared).await;
+    }
+}
+
+/// The jobs whose leases this worker keeps: running ones (unless their handler opted out of
+/// heartbeats, or their lease is known lost) and those whose outcome is pending.
+fn held(shared: &Shared) -> Vec<(JobId, i32)> {
+    let mut held: Vec<(JobId, i32)> = shared
+        .running()
+        .iter()
+        .filter(|(_, r)| r.heartbeat && !r.lost)
+        .map(|(id, r)| (*id, r.attempt))
+        .collect();
+    let mut seen: HashSet<(JobId, i32)> = held.iter().copied().collect();
+    for key in shared.finish_tx.pending_jobs() {
+        if seen.insert(key) {
+            held.push(key);
         }
-        shared.note_activity();
-        match extend(&shared, &held).await {
-            Ok(renewed) => {
-                if renewed.len() == held.len() {
-                    continue;
-                }
-                let renewed: std::collections::HashSet<JobId> = renewed.into_iter().collect();
-                let mut running = shared.running();
-                for (id, attempt) in held.iter().filter(|(id, _)| !renewed.contains(id)) {
-                    if let Some(r) = running.get_mut(id) {
-                        if r.attempt == *attempt && !r.lost {
-                            r.lost = true;
-                            r.cancel.cancel();
-                            tracing::warn!(id = %id, attempt, "lease lost: the job is no longer ours; cancelling its handler");
-                        }
-                    }
-                }
-            }
+    }
+    held
+}
+
+async fn beat(shared: &Shared) {
+    let mut todo = held(shared);
+    if todo.is_empty() {
+        return;
+    }
+    shared.note_activity();
+    let mut wait = BUSY_FIRST_WAIT;
+    for round in 0..=BUSY_RETRIES {
+        let verdicts = match extend(shared, &todo).await {
+            Ok(v) => v,
             Err(e) => {
                 // The leases still run; the next beat tries again.
                 tracing::warn!(error = %super::producer::error_chain(&e), "heartbeat failed");
+                return;
             }
+        };
+        let mut busy = Vec::new();
+        for (job, v) in todo.iter().zip(verdicts) {
+            match v {
+                Verdict::Applied(()) => {}
+                Verdict::Busy => busy.push(*job),
+                Verdict::Lost => lost(shared, *job),
+            }
+        }
+        if busy.is_empty() {
+            return;
+        }
+        if round == BUSY_RETRIES {
+            tracing::debug!(
+                jobs = busy.len(),
+                "leases not renewed this beat: rows locked by another session"
+            );
+            return;
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+        todo = busy;
+    }
+}
+
+/// A refused renewal: if the job is still running here, its handler is told to stop. (A job
+/// whose outcome is pending learns it from the completer's write.)
+fn lost(shared: &Shared, (id, attempt): (JobId, i32)) {
+    let mut running = shared.running();
+    if let Some(r) = running.get_mut(&id) {
+        if r.attempt == attempt && !r.lost {
+            r.lost = true;
+            r.cancel.cancel();
+            tracing::warn!(id = %id, attempt, "lease lost: the job is no longer ours; cancelling its handler");
         }
     }
 }
 
-async fn extend(shared: &Shared, held: &[(JobId, i32)]) -> Result<Vec<JobId>, Error> {
+async fn extend(shared: &Shared, held: &[(JobId, i32)]) -> Result<Vec<Verdict<()>>, Error> {
     let conn = shared.client.conn("renew leases").await?;
     db::job::extend_many(
         &**conn,

@@ -22,12 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
-use crate::db::job::Finish;
 use crate::error::{Error, Result};
 use crate::handler::Registry;
 use crate::input;
@@ -202,7 +201,8 @@ pub(crate) struct Shared {
     pub listen_config: Option<tokio_postgres::Config>,
     pub queues: HashMap<String, Arc<QueueSlot>>,
     pub running: Mutex<HashMap<JobId, RunningJob>>,
-    pub finish_tx: mpsc::UnboundedSender<Finish>,
+    /// Outcomes for the completer, and the jobs whose outcome is not written yet.
+    pub finish_tx: completer::Outbox,
     /// Stop claiming (shutdown has begun).
     pub stop_claiming: CancellationToken,
     /// The shutdown deadline passed: cancel running jobs and hand them back.
@@ -505,7 +505,7 @@ impl Worker {
         mode: Mode,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<RunStats> {
-        let (finish_tx, finish_rx) = mpsc::unbounded_channel();
+        let (finish_tx, finish_rx) = completer::channel();
         let shared = Arc::new(Shared {
             client: self.client,
             registry: self.registry,

@@ -5,9 +5,12 @@
 mod bad_input;
 mod claim;
 mod enqueue;
+mod fencing;
 mod lifecycle;
 mod migrate;
 mod operations;
+mod outcomes;
 mod pgbouncer;
+mod plans;
 mod support;
 mod worker;

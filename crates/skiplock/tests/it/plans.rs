@@ -1,0 +1,210 @@
+//! Batch statements cost time linear in their batch whatever the statistics say.
+//!
+//! The trap: statistics taken while every row was queued say that almost no row is running,
+//! so a planner may drive a statement over running jobs from a (supposedly one-row) scan of
+//! the table and rescan the batch's input once per row: quadratic. Each test below creates
+//! exactly that situation (ANALYZE while all jobs are queued, then claim them all with
+//! autovacuum off for the table), runs the statement the worker or the admin API runs under
+//! `EXPLAIN (ANALYZE, FORMAT JSON)` with 1,000 and 4,000 rows, and checks the plan's shape,
+//! not its timing: no scan of the input (Function Scan, CTE Scan) or of the table is run more
+//! than once, and no node handles more rows than a small multiple of the batch.
+
+use serde_json::Value;
+use skiplock::{NewJob, Statement};
+use tokio_postgres::types::ToSql;
+
+use crate::support::{setup, Bundle};
+
+const N: usize = 4_000;
+
+/// N jobs, analyzed while all were queued, then all claimed (running) with no new
+/// statistics. Returns their ids and attempts.
+async fn stale_statistics() -> (Bundle, Vec<i64>, Vec<i32>) {
+    let b = setup().await;
+    b.raw
+        .batch_execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        .await
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..N).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    b.raw.batch_execute("ANALYZE jobs").await.unwrap();
+    let claimed = b
+        .client
+        .claim("default", N as u32, std::time::Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), N);
+    let ids = claimed.iter().map(|j| j.id.0).collect();
+    let attempts = claimed.iter().map(|j| j.attempt).collect();
+    (b, ids, attempts)
+}
+
+/// Runs `sql` under EXPLAIN ANALYZE in a transaction that is rolled back, and checks that
+/// the plan is linear in `batch`.
+async fn assert_linear(
+    b: &mut Bundle,
+    what: &str,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    batch: usize,
+) {
+    let tx = b.raw.transaction().await.unwrap();
+    let rows = tx
+        .query(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), params)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let plan: Value = rows[0].get(0);
+    let mut problems = Vec::new();
+    walk(&plan[0]["Plan"], batch, &mut problems);
+    assert!(
+        problems.is_empty(),
+        "{what} with {batch} rows: {problems:#?}\nplan: {}",
+        serde_json::to_string_pretty(&plan).unwrap()
+    );
+}
+
+fn walk(node: &Value, batch: usize, problems: &mut Vec<String>) {
+    let kind = node["Node Type"].as_str().unwrap_or("?");
+    let loops = node["Actual Loops"].as_f64().unwrap_or(0.0);
+    let rows = node["Actual Rows"].as_f64().unwrap_or(0.0);
+    let removed = node["Rows Removed by Filter"].as_f64().unwrap_or(0.0)
+        + node["Rows Removed by Join Filter"].as_f64().unwrap_or(0.0)
+        + node["Rows Removed by Index Recheck"]
+            .as_f64()
+            .unwrap_or(0.0);
+    let label = format!(
+        "{kind} {} (loops {loops}, rows {rows}, removed {removed})",
+        node["Relation Name"]
+            .as_str()
+            .or(node["CTE Name"].as_str())
+            .or(node["Function Name"].as_str())
+            .unwrap_or("")
+    );
+    let rescanned_input = matches!(
+        kind,
+        "Function Scan" | "CTE Scan" | "Seq Scan" | "Materialize" | "Sort" | "Hash"
+    );
+    if rescanned_input && loops > 1.0 {
+        problems.push(format!("rescanned per row: {label}"));
+    }
+    // Rows a node looks at, over all its loops: the batch, the table (N) for a scan, a
+    // small multiple of them at most.
+    let handled = loops * (rows + removed);
+    let limit = 4.0 * (batch + N) as f64;
+    if handled > limit {
+        problems.push(format!("handles {handled} rows (limit {limit}): {label}"));
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        walk(child, batch, problems);
+    }
+}
+
+#[tokio::test]
+async fn outcome_batches_stay_linear_with_stale_statistics() {
+    let (mut b, ids, attempts) = stale_statistics().await;
+    let sql = b.client.statement(Statement::FinishMany).to_owned();
+    for batch in [1_000, N] {
+        let ids = ids[..batch].to_vec();
+        let attempts = attempts[..batch].to_vec();
+        let outcomes = vec!["done"; batch];
+        let errors = vec![""; batch];
+        let zeros = vec![0i64; batch];
+        assert_linear(
+            &mut b,
+            "job_finish_many.sql",
+            &sql,
+            &[&ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros],
+            batch,
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn heartbeat_batches_stay_linear_with_stale_statistics() {
+    let (mut b, ids, attempts) = stale_statistics().await;
+    let sql = b.client.statement(Statement::ExtendMany).to_owned();
+    for batch in [1_000, N] {
+        let ids = ids[..batch].to_vec();
+        let attempts = attempts[..batch].to_vec();
+        assert_linear(
+            &mut b,
+            "job_extend_many.sql",
+            &sql,
+            &[&ids, &attempts, &300_000_000i64],
+            batch,
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn admin_statements_stay_linear_with_stale_statistics() {
+    let (mut b, ids, _) = stale_statistics().await;
+    // Cancel runs over running jobs; retry and delete over finished ones.
+    let cancel = b.client.statement(Statement::Cancel).to_owned();
+    for batch in [1_000, N] {
+        let ids = ids[..batch].to_vec();
+        assert_linear(&mut b, "job_cancel.sql", &cancel, &[&ids], batch).await;
+    }
+    b.raw
+        .batch_execute(
+            "UPDATE jobs SET status = 'failed', finished_at = now(), locked_until = NULL",
+        )
+        .await
+        .unwrap();
+    for statement in [Statement::Retry, Statement::Delete] {
+        let sql = b.client.statement(statement).to_owned();
+        for batch in [1_000, N] {
+            let ids = ids[..batch].to_vec();
+            assert_linear(&mut b, &format!("{statement:?}"), &sql, &[&ids], batch).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn claim_reap_and_prune_stay_linear_with_stale_statistics() {
+    let (mut b, _, _) = stale_statistics().await;
+    // Reap: every lease expired, statistics still say queued.
+    b.raw
+        .batch_execute("UPDATE jobs SET locked_until = now() - interval '1 second'")
+        .await
+        .unwrap();
+    let reap = b.client.statement(Statement::Reap).to_owned();
+    for batch in [1_000i64, N as i64] {
+        assert_linear(&mut b, "job_reap.sql", &reap, &[&batch], batch as usize).await;
+    }
+    // Claim: everything queued again.
+    b.raw
+        .batch_execute("UPDATE jobs SET status = 'queued', locked_until = NULL")
+        .await
+        .unwrap();
+    let claim = b.client.statement(Statement::Claim).to_owned();
+    for batch in [1_000i64, N as i64] {
+        assert_linear(
+            &mut b,
+            "job_claim.sql",
+            &claim,
+            &[&"default", &batch, &300_000_000i64],
+            batch as usize,
+        )
+        .await;
+    }
+    // Prune: everything done long ago.
+    b.raw
+        .batch_execute("UPDATE jobs SET status = 'done', finished_at = now() - interval '30 days'")
+        .await
+        .unwrap();
+    let prune = b.client.statement(Statement::Prune).to_owned();
+    for batch in [1_000i64, N as i64] {
+        assert_linear(
+            &mut b,
+            "job_prune.sql",
+            &prune,
+            &[&1_000_000i64, &false, &batch],
+            batch as usize,
+        )
+        .await;
+    }
+}
