@@ -1,7 +1,9 @@
 //! `skiplock-torture`: runs real worker processes (typed handlers, and `skiplock work
 //! --exec`) against a PostgreSQL of its own while injecting faults, logs every execution
 //! outside the database, and checks at the end that nothing was lost, nothing was completed
-//! twice, and no stale completion was accepted.
+//! twice, no stale completion was accepted, and no two runs of a job overlapped while the
+//! earlier one held its lease. `--unfenced` is the negative control (workers without the
+//! attempts fence): the accounting must fail.
 //!
 //! ```sh
 //! cargo build --release -p skiplock-cli
