@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use skiplock::{JobId, JobState, PruneOptions};
 
-use crate::util::{parse_duration, print_json, schema_hint, time, usage, Target};
+use crate::util::{outln, parse_duration, print_json, schema_hint, time, usage, Target};
 
 #[derive(Debug, clap::Args)]
 pub struct JsonArgs {
@@ -73,7 +73,7 @@ pub async fn reap(target: &Target, args: JsonArgs) -> anyhow::Result<()> {
             &serde_json::json!({ "reaped": reaped.len(), "requeued": requeued, "failed": failed, "ids": ids }),
         );
     } else {
-        println!("reaped {} job(s) with expired leases: {requeued} back to the queue, {failed} failed (no attempts left)", reaped.len());
+        outln!("reaped {} job(s) with expired leases: {requeued} back to the queue, {failed} failed (no attempts left)", reaped.len());
     }
     Ok(())
 }
@@ -93,12 +93,13 @@ pub async fn prune(target: &Target, args: PruneArgs) -> anyhow::Result<()> {
             "removed": r.removed, "batches": r.batches, "archived": r.archived, "skipped": r.skipped
         }));
     } else if r.skipped {
-        println!("another process is pruning this schema; nothing done");
+        outln!("another process is pruning this schema; nothing done");
     } else {
         let verb = if r.archived { "archived" } else { "deleted" };
-        println!(
+        outln!(
             "{verb} {} finished job(s) in {} batch(es)",
-            r.removed, r.batches
+            r.removed,
+            r.batches
         );
     }
     Ok(())
@@ -144,12 +145,12 @@ pub async fn ids(target: &Target, action: Action, args: IdsArgs) -> anyhow::Resu
         print_json(&serde_json::json!({ verb: changed, "unchanged": unchanged }));
     } else {
         for id in &r.changed {
-            println!("{id}: {verb}");
+            outln!("{id}: {verb}");
         }
         for (id, state) in &r.unchanged {
             match state {
-                Some(s) => println!("{id}: unchanged ({s}; {why})"),
-                None => println!("{id}: no such job"),
+                Some(s) => outln!("{id}: unchanged ({s}; {why})"),
+                None => outln!("{id}: no such job"),
             }
         }
     }
@@ -181,18 +182,18 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             "last_error": j.last_error, "payload": payload,
         }));
     } else {
-        println!("id           {}", j.id);
-        println!("queue        {}", j.queue);
-        println!("kind         {}", j.kind);
-        println!("status       {}", j.state);
-        println!("priority     {}", j.priority);
-        println!("attempts     {} of {}", j.attempts, j.max_attempts);
-        println!("run_at       {}", time(Some(j.run_at)));
-        println!("created_at   {}", time(Some(j.created_at)));
-        println!("locked_until {}", time(j.locked_until));
-        println!("finished_at  {}", time(j.finished_at));
-        println!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
-        println!("payload      {payload}");
+        outln!("id           {}", j.id);
+        outln!("queue        {}", j.queue);
+        outln!("kind         {}", j.kind);
+        outln!("status       {}", j.state);
+        outln!("priority     {}", j.priority);
+        outln!("attempts     {} of {}", j.attempts, j.max_attempts);
+        outln!("run_at       {}", time(Some(j.run_at)));
+        outln!("created_at   {}", time(Some(j.created_at)));
+        outln!("locked_until {}", time(j.locked_until));
+        outln!("finished_at  {}", time(j.finished_at));
+        outln!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
+        outln!("payload      {payload}");
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use skiplock::bench;
 
-use crate::util::{parse_duration, print_json, usage, Target};
+use crate::util::{out, outln, parse_duration, print_json, usage, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -364,7 +364,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             let _ = writeln!(t, "| {what} | {measured} | {met} |");
         }
         let _ = write!(md, "\n## Targets\n\n{t}");
-        print!("{md}");
+        out!("{md}");
     }
     Ok(())
 }
@@ -376,7 +376,7 @@ fn section(args: &Args, md: &mut String, title: &str, table: &str) {
     if args.markdown {
         let _ = write!(md, "\n## {title}\n\n{table}");
     } else {
-        println!("\n{title}\n{table}");
+        outln!("\n{title}\n{table}");
     }
 }
 

@@ -1,6 +1,7 @@
 //! Which database a command talks to: `--database-url`, else `DATABASE_URL`, else the
 //! embedded default, a private cluster kept in `./.skiplock` (or `$SKIPLOCK_HOME`).
 
+use crate::util::errln;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
@@ -51,7 +52,7 @@ impl Home {
                     self.dir.join("data").display()
                 );
             }
-            eprintln!("creating the embedded database in {}", self.dir.display());
+            errln!("creating the embedded database in {}", self.dir.display());
             cluster.init().with_context(|| {
                 format!(
                     "could not create the embedded database in {} (SKIPLOCK_HOME chooses another folder)",

@@ -13,7 +13,7 @@ use skiplock::{
     Backoff, Client, JobContext, JobError, JobOptions, NewJob, Registry, StatsHandle, Worker,
 };
 
-use crate::util::{print_json, usage, Target};
+use crate::util::{outln, print_json, usage, Target};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -68,7 +68,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let result = demo(&url, &schema, &admin, &args).await;
     if args.keep {
         if !args.json {
-            println!("kept schema {schema}: skiplock --schema {schema} stats");
+            outln!("kept schema {schema}: skiplock --schema {schema} stats");
         }
     } else {
         admin.drop_schema().await?;
@@ -130,7 +130,7 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
-        println!(
+        outln!(
             "skiplock demo: {} jobs enqueued in {:.0} ms into schema {schema}; {} workers running",
             args.jobs,
             enqueued_in.as_secs_f64() * 1000.0,
@@ -215,12 +215,13 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
             "elapsed_s": elapsed.as_secs_f64(),
         }));
     } else {
-        println!(
+        outln!(
             "\nskiplock demo: {} jobs, {} workers, worker 0 crashed a quarter of the way in\n",
-            args.jobs, args.workers
+            args.jobs,
+            args.workers
         );
         let row = |label: &str, value: String, note: &str| {
-            println!("  {label:<24} {value:>12}   {note}");
+            outln!("  {label:<24} {value:>12}   {note}");
         };
         row("done", done.to_string(), "");
         row(
@@ -264,7 +265,7 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
             "(all jobs were enqueued at once: mostly waiting behind the backlog)",
         );
         if reran > 0 {
-            println!("\n  {reran} job(s) ran to success twice: the crash hit them between finishing and recording it (at-least-once execution; handlers must be idempotent)");
+            outln!("\n  {reran} job(s) ran to success twice: the crash hit them between finishing and recording it (at-least-once execution; handlers must be idempotent)");
         }
     }
     anyhow::ensure!(duplicate_completions == 0, "a job was completed twice");

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use skiplock::{Error, NewJob};
 
-use crate::util::{parse_duration, print_json, schema_hint, usage, Target};
+use crate::util::{out, outln, parse_duration, print_json, schema_hint, usage, Target};
 
 /// Jobs per INSERT when reading standard input.
 const BATCH: usize = 5_000;
@@ -72,7 +72,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             if args.json {
                 print_json(&serde_json::json!({ "id": id.0 }));
             } else {
-                println!("{id}");
+                outln!("{id}");
             }
             Ok(())
         }
@@ -141,7 +141,7 @@ async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
             out.push_str(&id.to_string());
             out.push('\n');
         }
-        print!("{out}");
+        out!("{out}");
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use skiplock::lab::{self, ClaimMethod, RaceOptions, Stop};
 use skiplock::{Client, Schema};
 
-use crate::util::{print_json, usage, Target};
+use crate::util::{outln, print_json, usage, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Experiment {
@@ -59,7 +59,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         _ => std::slice::from_ref(&args.experiment),
     };
     if !args.json {
-        println!(
+        outln!(
             "skiplock lab: {} workers, {} jobs, on {}",
             args.workers,
             args.jobs,
@@ -87,7 +87,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         if !args.keep {
             client.drop_schema().await?;
         } else if !args.json {
-            println!("  (kept schema {name})");
+            outln!("  (kept schema {name})");
         }
         result?;
     }
@@ -128,24 +128,25 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
                 }));
                 return Ok(());
             }
-            println!(
+            outln!(
                 "\n{} ({} claims by {} workers)",
                 method.name(),
                 r.claims,
                 args.workers
             );
-            println!("  {:<8} {:>7} {:>13}", "status", "count", "max_attempts");
+            outln!("  {:<8} {:>7} {:>13}", "status", "count", "max_attempts");
             for (s, n, m) in &r.statuses {
-                println!("  {s:<8} {n:>7} {m:>13}");
+                outln!("  {s:<8} {n:>7} {m:>13}");
             }
-            println!(
+            outln!(
                 "  duplicate claims: {} (jobs handed out again); most claimers of one job: {}",
-                r.duplicate_claims, r.max_claimers_of_one_job
+                r.duplicate_claims,
+                r.max_claimers_of_one_job
             );
             if exp == Experiment::Naive {
-                println!("  article (10,000 jobs, 8 workers x 1,250 claims): done ~2,100, queued ~7,900, max_attempts 8 (some jobs taken by all 8)");
+                outln!("  article (10,000 jobs, 8 workers x 1,250 claims): done ~2,100, queued ~7,900, max_attempts 8 (some jobs taken by all 8)");
             } else {
-                println!("  article: done 10,000, max_attempts 1 (every job exactly once)");
+                outln!("  article: done 10,000, max_attempts 1 (every job exactly once)");
             }
         }
         Experiment::ForUpdate => {
@@ -162,21 +163,21 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
                 }));
                 return Ok(());
             }
-            println!(
+            outln!(
                 "\nfor-update (session A holds its claim for {} ms)",
                 hold.as_millis()
             );
-            println!(
+            outln!(
                 "  FOR UPDATE:             session B waited {:>7.1} ms, then got job {}",
                 r.for_update_ms,
                 r.for_update_job.map_or("none".into(), |j| j.to_string())
             );
-            println!(
+            outln!(
                 "  FOR UPDATE SKIP LOCKED: session B took   {:>7.1} ms, and got job {}",
                 r.skip_locked_ms,
                 r.skip_locked_job.map_or("none".into(), |j| j.to_string())
             );
-            println!("  article: B waited 1,858 ms (as long as A's transaction); with SKIP LOCKED 2.5 ms");
+            outln!("  article: B waited 1,858 ms (as long as A's transaction); with SKIP LOCKED 2.5 ms");
         }
         Experiment::Vacuum => {
             let jobs = (args.jobs / 5).max(1);
@@ -192,18 +193,20 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
                 }));
                 return Ok(());
             }
-            println!("\nvacuum (one claim transaction left open while {jobs} jobs are processed)");
-            println!(
+            outln!("\nvacuum (one claim transaction left open while {jobs} jobs are processed)");
+            outln!(
                 "  while open:   {} removed, {} dead but not yet removable",
-                r.removed_open, r.dead_not_removable_open
+                r.removed_open,
+                r.dead_not_removable_open
             );
-            println!(
+            outln!(
                 "  after commit: {} removed, {} dead but not yet removable",
-                r.removed_after_commit, r.dead_not_removable_after_commit
+                r.removed_after_commit,
+                r.dead_not_removable_after_commit
             );
-            println!("  article (2,000 jobs): 0 removed, 2,000 not yet removable; after commit 2,001 removed, 0");
+            outln!("  article (2,000 jobs): 0 removed, 2,000 not yet removable; after commit 2,001 removed, 0");
             if r.dead_not_removable_after_commit > 0 {
-                println!("  note: another session of this database holds back vacuum (see `skiplock stats`)");
+                outln!("  note: another session of this database holds back vacuum (see `skiplock stats`)");
             }
         }
         Experiment::All => {}

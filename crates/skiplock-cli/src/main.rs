@@ -1,11 +1,14 @@
 //! The `skiplock` command. It parses arguments and calls the library; the queue's logic
 //! lives in the `skiplock` crate.
+// Output goes through util's outln!/errln!: `println!` panics when the reader went away.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod admin;
 mod bench;
 mod database;
 mod demo;
 mod enqueue;
+mod exec;
 mod lab;
 mod stats;
 mod util;
@@ -15,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::util::UsageError;
+use crate::util::{errln, outln, QuietStderr, UsageError};
 
 /// A PostgreSQL job queue: FOR UPDATE SKIP LOCKED claims with leases, guarded completion,
 /// retries with backoff, LISTEN/NOTIFY wake-ups.
@@ -107,7 +110,9 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
-        .with_writer(std::io::stderr)
+        // A closed standard error drops the log lines; the work goes on.
+        .with_writer(|| QuietStderr)
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -116,12 +121,15 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
+            errln!("error: could not start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     let url_for_errors = cli.database_url.clone();
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // No command started by `work --exec` outlives the worker.
+    exec::kill_all();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let usage = e.chain().any(|c| {
@@ -143,7 +151,7 @@ fn main() -> ExitCode {
             if let (true, Some(url)) = (reaching_db, url_for_errors.as_deref()) {
                 msg.push_str(&format!(" (database {})", util::redact(url)));
             }
-            eprintln!("error: {msg}");
+            errln!("error: {msg}");
             ExitCode::from(if usage { 2 } else { 1 })
         }
     }
@@ -172,7 +180,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         .unwrap_or("invalid arguments")
         .trim();
     let first = first.strip_prefix("error: ").unwrap_or(first);
-    eprintln!("error: {first} (see --help)");
+    errln!("error: {first} (see --help)");
     ExitCode::from(2)
 }
 
@@ -187,9 +195,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let client = target.client_with(1, false).await?;
             let report = client.migrate().await?;
             if report.applied.is_empty() {
-                println!(
+                outln!(
                     "schema {} is up to date (version {})",
-                    target.schema, report.to
+                    target.schema,
+                    report.to
                 );
             } else {
                 let names: Vec<String> = report
@@ -197,7 +206,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .iter()
                     .map(|(v, n)| format!("{v:04}_{n}"))
                     .collect();
-                println!(
+                outln!(
                     "schema {}: migrated from version {} to {} ({})",
                     target.schema,
                     report.from,
@@ -222,16 +231,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pg { action } => {
             let home = database::Home::locate()?;
             match action {
-                PgAction::Status => println!("{}", home.status()),
+                PgAction::Status => outln!("{}", home.status()),
                 PgAction::Start => {
                     let url = home.ensure_running()?;
-                    println!("running: {url}");
+                    outln!("running: {url}");
                 }
                 PgAction::Stop => {
                     home.stop()?;
-                    println!("stopped");
+                    outln!("stopped");
                 }
-                PgAction::Url => println!("{}", home.ensure_running()?),
+                PgAction::Url => outln!("{}", home.ensure_running()?),
             }
             Ok(())
         }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::util::{parse_duration, print_json, schema_hint, time, Target};
+use crate::util::{outln, parse_duration, print_json, schema_hint, time, Target};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -63,16 +63,23 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         }));
         return Ok(());
     }
-    println!("schema {}", target.schema);
-    println!(
+    outln!("schema {}", target.schema);
+    outln!(
         "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}",
-        "queue", "queued", "ready", "running", "done", "failed", "oldest ready", "done/min"
+        "queue",
+        "queued",
+        "ready",
+        "running",
+        "done",
+        "failed",
+        "oldest ready",
+        "done/min"
     );
     if h.queues.is_empty() {
-        println!("(no jobs)");
+        outln!("(no jobs)");
     }
     for q in &h.queues {
-        println!(
+        outln!(
             "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>13.1}s {:>10}",
             q.queue,
             q.queued,
@@ -85,7 +92,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         );
     }
     match &h.table {
-        Some(t) => println!(
+        Some(t) => outln!(
             "\njobs table: {} live, {} dead row versions, {:.1} MiB with indexes; last autovacuum {}, last vacuum {}",
             t.n_live_tup,
             t.n_dead_tup,
@@ -93,13 +100,13 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             time(t.last_autovacuum),
             time(t.last_vacuum)
         ),
-        None => println!("\njobs table: no statistics yet"),
+        None => outln!("\njobs table: no statistics yet"),
     }
     if h.warnings.is_empty() {
-        println!("no session is holding back vacuum");
+        outln!("no session is holding back vacuum");
     }
     for w in &h.warnings {
-        println!("warning: {w}");
+        outln!("warning: {w}");
     }
     Ok(())
 }

@@ -2,22 +2,13 @@
 //! the payload on standard input; without it, the built-in kinds `noop`, `sleep` and `fail`
 //! are available (for trying the queue out).
 
-use std::os::unix::process::ExitStatusExt as _;
-use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use skiplock::{BoxFuture, Handler, JobContext, JobError, JobOptions, Registry, RunStats, Worker};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use skiplock::{JobContext, JobError, JobOptions, Registry, RunStats, Worker};
 
-use crate::util::{parse_duration, parse_optional_duration, print_json, usage, Target};
-
-/// The exit status a command uses to ask for a retry (`EX_TEMPFAIL`).
-pub const EXIT_RETRY: i32 = 75;
-
-/// How much of a failed command's standard error is kept in `last_error`.
-const STDERR_TAIL: usize = 2048;
+use crate::exec::{self, Exec};
+use crate::util::{errln, parse_duration, parse_optional_duration, print_json, usage, Target};
 
 #[derive(Debug, Clone)]
 pub struct QueueArg(String, usize);
@@ -60,7 +51,8 @@ pub struct Args {
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     lease: Duration,
     /// On SIGINT/SIGTERM, how long running jobs may finish before they are cancelled and put
-    /// back in the queue.
+    /// back in the queue. With --exec, the commands still running then get SIGTERM, and
+    /// SIGKILL 3 s later (with everything they started).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     shutdown_timeout: Duration,
     /// Wait before the first retry of a failed job; later ones double (default 10s).
@@ -95,7 +87,8 @@ pub struct Args {
     /// Run every job with this command; it must come last. The payload is on its standard
     /// input; SKIPLOCK_JOB_ID, SKIPLOCK_ATTEMPT, SKIPLOCK_QUEUE and SKIPLOCK_KIND are set.
     /// Exit 0: done. Exit 75: retry. Any other exit or a signal: retry, with the end of its
-    /// standard error as last_error, until max_attempts.
+    /// standard error as last_error, until max_attempts. Each command runs in a process group
+    /// of its own, killed with it: nothing it started outlives its attempt.
     #[arg(long, value_name = "CMD [ARGS...]", num_args = 1.., allow_hyphen_values = true)]
     exec: Option<Vec<String>>,
 }
@@ -112,7 +105,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             let (program, rest) = cmd
                 .split_first()
                 .ok_or_else(|| usage("--exec needs a command"))?;
-            Registry::new().fallback(options, Exec(Arc::new((program.clone(), rest.to_vec()))))
+            Registry::new().fallback(options, Exec::new(program.clone(), rest.to_vec()))
         }
         None => builtin(options),
     };
@@ -131,7 +124,13 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .heartbeat_interval(args.lease / 3)
         .poll_interval(args.poll_interval.0)
         .reap_interval(args.reap_interval)
-        .shutdown_timeout(args.shutdown_timeout)
+        .shutdown_timeout(
+            args.shutdown_timeout
+                + args
+                    .exec
+                    .as_ref()
+                    .map_or(Duration::ZERO, |_| exec::TERM_GRACE),
+        )
         .prune(
             args.prune_older_than
                 .0
@@ -147,7 +146,11 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let worker = builder.build()?;
     // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get
     // --shutdown-timeout, then go back to the queue without spending an attempt.
-    let shutdown = shutdown_signal().context("could not install the signal handlers")?;
+    // Running commands get SIGTERM at the deadline, then SIGKILL (see `exec`).
+    let shutdown = exec::on_shutdown(
+        shutdown_signal().context("could not install the signal handlers")?,
+        args.shutdown_timeout,
+    );
     let stats = if args.drain {
         worker.run_until_idle_or(shutdown).await?
     } else {
@@ -164,7 +167,7 @@ fn report(s: &RunStats, json: bool) {
             "requeued": s.requeued, "lost": s.lost, "reaped": s.reaped,
         }));
     } else {
-        eprintln!(
+        errln!(
             "worker stopped: {} claimed, {} done, {} retried, {} failed, {} put back, {} lost, {} reaped",
             s.claimed, s.done, s.retried, s.failed, s.requeued, s.lost, s.reaped
         );
@@ -215,79 +218,4 @@ fn field(payload: &str, name: &str) -> Result<u64, JobError> {
     v.get(name)
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| JobError::permanent(format!("payload needs {{\"{name}\": <number>}}")))
-}
-
-/// Runs each job with an external command.
-#[derive(Clone)]
-struct Exec(Arc<(String, Vec<String>)>);
-
-impl Handler for Exec {
-    fn call(&self, payload: String, ctx: JobContext) -> BoxFuture<Result<(), JobError>> {
-        let cmd = self.0.clone();
-        Box::pin(async move { exec(&cmd.0, &cmd.1, payload, ctx).await })
-    }
-}
-
-async fn exec(
-    program: &str,
-    args: &[String],
-    payload: String,
-    ctx: JobContext,
-) -> Result<(), JobError> {
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .env("SKIPLOCK_JOB_ID", ctx.id.to_string())
-        .env("SKIPLOCK_ATTEMPT", ctx.attempt.to_string())
-        .env("SKIPLOCK_MAX_ATTEMPTS", ctx.max_attempts.to_string())
-        .env("SKIPLOCK_QUEUE", &ctx.queue)
-        .env("SKIPLOCK_KIND", &ctx.kind)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::piped())
-        // Its own process group: a Ctrl-C at the terminal reaches the worker, which shuts
-        // down gracefully, not the running jobs.
-        .process_group(0)
-        // Cancelled (timeout, shutdown deadline): the child is killed.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| JobError::retry(format!("could not start {program}: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        tokio::spawn(async move {
-            // A command that does not read its input closes the pipe: not an error.
-            let _ = stdin.write_all(payload.as_bytes()).await;
-        });
-    }
-    let mut stderr = child.stderr.take();
-    let read_tail = async move {
-        let mut buf = Vec::new();
-        if let Some(s) = stderr.as_mut() {
-            let _ = s.read_to_end(&mut buf).await;
-        }
-        let start = buf.len().saturating_sub(STDERR_TAIL);
-        String::from_utf8_lossy(&buf[start..]).trim().to_owned()
-    };
-    let status = tokio::select! {
-        r = async { tokio::join!(child.wait(), read_tail) } => r,
-        () = ctx.cancelled() => {
-            let _ = child.kill().await;
-            return Err(JobError::retry("cancelled: the job is no longer this worker's"));
-        }
-    };
-    let (status, tail) = status;
-    let status =
-        status.map_err(|e| JobError::retry(format!("waiting for {program} failed: {e}")))?;
-    let tail = if tail.is_empty() {
-        String::new()
-    } else {
-        format!(": {tail}")
-    };
-    match (status.code(), status.signal()) {
-        (Some(0), _) => Ok(()),
-        (Some(EXIT_RETRY), _) => Err(JobError::retry(format!(
-            "exit {EXIT_RETRY} (retry requested){tail}"
-        ))),
-        (Some(code), _) => Err(JobError::retry(format!("exit {code}{tail}"))),
-        (None, Some(sig)) => Err(JobError::retry(format!("killed by signal {sig}{tail}"))),
-        (None, None) => Err(JobError::retry(format!("ended abnormally{tail}"))),
-    }
 }

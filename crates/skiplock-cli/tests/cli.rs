@@ -746,3 +746,270 @@ async fn bench_quick_runs_every_scenario() {
         .get(0);
     assert_eq!(left, 0);
 }
+
+// ---- `work --exec`: nothing a command starts outlives its attempt ----------------------------
+
+/// A folder of its own for one test, and the command a job runs there: a shell that starts a
+/// grandchild (`sleep 300`) and writes its pid to `pid`.
+fn grandchild_job(db: &TestDb, name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("skiplock-{name}-{}", db.schema()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid = dir.join("pid");
+    let _ = std::fs::remove_file(&pid);
+    (
+        pid.clone(),
+        format!("sleep 300 & echo $! > {}; wait", pid.display()),
+    )
+}
+
+/// Whether the process is gone (a zombie waiting for its reaper counts as gone).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// The grandchild's pid, once the job has written it.
+async fn grandchild(file: &std::path::Path) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the job never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asserts the grandchild ends within a few seconds (then kills it, so that a failing run
+/// leaves nothing behind).
+#[track_caller]
+fn assert_gone_soon(pid: i32, when: &str) {
+    let start = Instant::now();
+    while !gone(pid) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survived = !gone(pid);
+    if survived {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert!(!survived, "the command's child {pid} survived {when}");
+}
+
+#[tokio::test]
+async fn exec_timeout_kills_everything_the_command_started() {
+    let db = migrated().await;
+    let (file, script) = grandchild_job(&db, "exec-timeout");
+    ok(&run(Some(&db), &["enqueue", "--max-attempts", "1", "{}"]));
+    let started = Instant::now();
+    let stats = json(&ok(&run(
+        Some(&db),
+        &[
+            "work",
+            "--drain",
+            "--json",
+            "--timeout",
+            "1s",
+            "--exec",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )));
+    assert_eq!(stats["failed"], 1, "{stats}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_gone_soon(grandchild(&file).await, "the timeout");
+    let last_error: String = db
+        .connect()
+        .await
+        .unwrap()
+        .query_one(
+            &format!("SELECT last_error FROM \"{}\".jobs", db.schema()),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(last_error, "timeout");
+}
+
+#[tokio::test]
+async fn exec_leftovers_end_with_the_command() {
+    // The command exits at once, leaving `sleep 300` behind (holding its standard error):
+    // the job is done at once, and the leftover is killed.
+    let db = migrated().await;
+    let (file, script) = grandchild_job(&db, "exec-leftover");
+    let script = script.replace("; wait", "");
+    ok(&run(Some(&db), &["enqueue", "{}"]));
+    let started = Instant::now();
+    let stats = json(&ok(&run(
+        Some(&db),
+        &["work", "--drain", "--json", "--exec", "sh", "-c", &script],
+    )));
+    assert_eq!(stats["done"], 1, "{stats}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_gone_soon(grandchild(&file).await, "the command's exit");
+}
+
+#[tokio::test]
+async fn exec_sigterm_of_the_worker_stops_every_command_group() {
+    let db = migrated().await;
+    let (file, script) = grandchild_job(&db, "exec-sigterm");
+    let report = file.with_file_name("stdout");
+    ok(&run(Some(&db), &["enqueue", "{}"]));
+    let mut child = cmd(
+        Some(&db),
+        &[
+            "work",
+            "--json",
+            "--shutdown-timeout",
+            "1s",
+            "--exec",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    // Standard output to a file: a pipe would stay open as long as a leftover holds it.
+    .stdout(std::fs::File::create(&report).unwrap())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let pid = grandchild(&file).await;
+    let stopped = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert_gone_soon(pid, "the worker's shutdown");
+    assert!(status.success(), "{status:?}");
+    assert!(stopped.elapsed() < Duration::from_secs(15));
+    let stats = json(&std::fs::read_to_string(&report).unwrap());
+    // Stopped by the shutdown: back in the queue, no attempt spent.
+    assert_eq!(stats["requeued"], 1, "{stats}");
+    assert_eq!(
+        sql_one(
+            &db,
+            "SELECT count(*) FROM jobs WHERE status = 'queued' AND attempts = 1 AND max_attempts = 6"
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn exec_cancel_of_the_running_job_stops_its_command_group() {
+    let db = migrated().await;
+    let (file, script) = grandchild_job(&db, "exec-cancel");
+    let id = ok(&run(Some(&db), &["enqueue", "{}"])).trim().to_owned();
+    let mut child = cmd(
+        Some(&db),
+        &["work", "--lease", "3s", "--exec", "sh", "-c", &script],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let pid = grandchild(&file).await;
+    let r = json(&ok(&run(Some(&db), &["cancel", &id, "--json"])));
+    assert_eq!(
+        r["cancelled"],
+        serde_json::json!([id.parse::<i64>().unwrap()])
+    );
+    // The next heartbeat (a third of the lease) finds the job gone and cancels it; the
+    // worker goes on running.
+    let start = Instant::now();
+    while !gone(pid) && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let survived = !gone(pid);
+    let still_working = matches!(child.try_wait(), Ok(None));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert_gone_soon(pid, "the job's shutdown");
+    assert!(
+        !survived,
+        "the command's child {pid} survived the job's cancellation"
+    );
+    assert!(still_working, "the worker stopped");
+}
+
+// ---- Output to a reader that went away -----------------------------------------------------
+
+/// Runs the command with standard output and error on pipes whose read ends are closed
+/// before it writes anything (as `skiplock ... | head -1` ends up); returns its exit code.
+fn run_with_closed_pipes(c: &mut Command) -> Option<i32> {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    child.wait().unwrap().code()
+}
+
+#[tokio::test]
+async fn a_closed_output_pipe_ends_commands_quietly() {
+    let db = migrated().await;
+    let id = ok(&run(Some(&db), &["enqueue", "{}"])).trim().to_owned();
+    for args in [
+        vec!["stats", "--json"],
+        vec!["stats"],
+        vec!["show", &id],
+        vec!["show", &id, "--json"],
+        vec!["enqueue", "{}"],
+        vec!["--help"],
+    ] {
+        assert_eq!(
+            run_with_closed_pipes(&mut cmd(Some(&db), &args)),
+            Some(0),
+            "skiplock {args:?}"
+        );
+    }
+    // A usage error still says so by its exit status.
+    assert_eq!(
+        run_with_closed_pipes(&mut cmd(Some(&db), &["show", "nope"])),
+        Some(2)
+    );
+}
+
+#[tokio::test]
+async fn a_worker_whose_log_reader_went_away_finishes_its_work() {
+    let db = migrated().await;
+    for i in 0..50 {
+        ok(&run(
+            Some(&db),
+            &[
+                "enqueue",
+                "--kind",
+                "sleep",
+                &format!("{{\"ms\":{}}}", i % 5),
+            ],
+        ));
+    }
+    let code = run_with_closed_pipes(
+        cmd(Some(&db), &["work", "--drain", "--json"]).env("RUST_LOG", "debug"),
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'done'").await,
+        50
+    );
+}

@@ -1,6 +1,14 @@
 //! The accounting at the end of a run: the database's rows, the completion audit (a trigger
-//! that records every transition into `done`) and the execution logs, checked against what
-//! was enqueued.
+//! that records every transition into `done`), the lease audit (a trigger that records every
+//! lease granted or renewed) and the execution logs, checked against what was enqueued.
+//!
+//! Times: the logs' are the workers' wall clocks (in milliseconds; a worker run with its
+//! clock set ahead has its log corrected by that offset), the audits' are the server's
+//! `now()`; all of them are this machine's clock. Two orderings are exact, not estimates:
+//! an execution logs its end before its outcome is sent, so a completion it caused is
+//! recorded at or after that end; and a job is claimed again only after its lease expired
+//! (the reaper) or it was handed back, so an execution that starts while an earlier one of
+//! the same job still runs must start after that earlier attempt's last lease deadline.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -30,7 +38,41 @@ const COUNT_RANGE: &str = "SELECT count(*) FROM torture.jobs
 const ROWS: &str =
     "SELECT id, (payload->>'n')::int8, status, attempts FROM torture.jobs ORDER BY id";
 
-const COMPLETIONS: &str = "SELECT job_id, attempts FROM torture.lab_completions";
+/// Every completion: the job, the `attempts` of the row version that became `done` (which
+/// the fence makes the attempt that wrote it), and when, in epoch milliseconds.
+const COMPLETIONS: &str = "SELECT job_id, attempts,
+        floor(extract(epoch FROM at) * 1000)::int8
+ FROM torture.lab_completions";
+
+/// The lease audit: every lease granted (claim) or renewed (heartbeat), per attempt, with its
+/// deadline. Recorded by a trigger rather than derived from the lease length, so that the
+/// check is exact whatever the heartbeats did.
+pub const LEASE_AUDIT_INSTALL: &str = "
+CREATE TABLE IF NOT EXISTS torture.lab_leases (
+  job_id       bigint      NOT NULL,
+  attempts     int         NOT NULL,
+  locked_until timestamptz NOT NULL
+);
+CREATE OR REPLACE FUNCTION torture.lab_audit_lease() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO torture.lab_leases (job_id, attempts, locked_until)
+  SELECT n.id, n.attempts, n.locked_until
+  FROM new_rows n JOIN old_rows o ON o.id = n.id
+  WHERE n.status = 'running' AND n.locked_until IS DISTINCT FROM o.locked_until;
+  RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS lab_audit_lease ON torture.jobs;
+CREATE TRIGGER lab_audit_lease
+AFTER UPDATE ON torture.jobs
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION torture.lab_audit_lease()";
+
+/// Each attempt's last lease deadline, in epoch milliseconds (rounded down, as the logs are).
+const LEASES: &str = "SELECT job_id, attempts,
+        floor(extract(epoch FROM max(locked_until)) * 1000)::int8
+ FROM torture.lab_leases GROUP BY job_id, attempts";
 
 /// What was enqueued: payload `n` -> (spec, kind).
 #[derive(Default)]
@@ -58,26 +100,52 @@ pub struct Report {
     pub wrong_state: Vec<i64>,
     pub duplicate_completions: i64,
     pub stale_completions: Vec<(i64, i32)>,
+    /// (job, earlier attempt, later attempt): the later one started while the earlier one
+    /// still ran and still held its lease.
+    pub overlaps: Vec<(i64, i32, i32)>,
     pub executions: usize,
     pub extra: BTreeMap<&'static str, usize>,
 }
 
-pub async fn check(c: &Client, expected: &Expected, logs: &[PathBuf]) -> anyhow::Result<Report> {
+/// One execution (a handler run) of one attempt, from the logs.
+#[derive(Default, Clone, Copy)]
+struct Run {
+    starts: u32,
+    start_ms: Option<i64>,
+    /// The end, and whether it succeeded.
+    end: Option<(i64, bool)>,
+}
+
+pub async fn check(
+    c: &Client,
+    expected: &Expected,
+    logs: &[(PathBuf, i64)],
+) -> anyhow::Result<Report> {
     let conn = c.pool().get().await?;
     let rows = conn.query(ROWS, &[]).await?;
     let completions = conn.query(COMPLETIONS, &[]).await?;
+    let leases: HashMap<(i64, i32), i64> = conn
+        .query(LEASES, &[])
+        .await?
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect();
 
-    // What ran, from the logs: per (job, attempt), started and how it ended.
-    let mut runs: HashMap<(i64, i32), (u32, Option<bool>)> = HashMap::new();
+    // What ran, from the logs: per (job, attempt), when it started and how it ended.
+    let mut runs: HashMap<(i64, i32), Run> = HashMap::new();
     let mut executions = 0;
-    for path in logs {
-        for e in log::read(path) {
-            let r = runs.entry((e.job, e.attempt)).or_insert((0, None));
+    for (path, offset_ms) in logs {
+        for e in log::read(path, *offset_ms) {
+            let r = runs.entry((e.job, e.attempt)).or_default();
             if e.start {
-                r.0 += 1;
+                r.starts += 1;
+                r.start_ms = Some(r.start_ms.map_or(e.ms, |s| s.min(e.ms)));
                 executions += 1;
             } else {
-                r.1 = Some(r.1.unwrap_or(false) || e.ok);
+                r.end = Some(match r.end {
+                    Some((t, ok)) => (t.max(e.ms), ok || e.ok),
+                    None => (e.ms, e.ok),
+                });
             }
         }
     }
@@ -112,11 +180,11 @@ pub async fn check(c: &Client, expected: &Expected, logs: &[PathBuf]) -> anyhow:
         }
         // Why did it run more than once? Look at every earlier attempt.
         for a in 1..attempts {
-            let reason = match runs.get(&(id, a)) {
+            let reason = match runs.get(&(id, a)).map(|r| r.end) {
                 None => "claimed, never started (worker gone before it ran)",
-                Some((_, None)) => "worker died or was stopped mid-job",
-                Some((_, Some(false))) => "retried after a failure the job asked for",
-                Some((_, Some(true))) => {
+                Some(None) => "worker died or was stopped mid-job",
+                Some(Some((_, false))) => "retried after a failure the job asked for",
+                Some(Some((_, true))) => {
                     "finished, result not recorded (worker killed before writing it, database restart, or lease lost)"
                 }
             };
@@ -130,17 +198,53 @@ pub async fn check(c: &Client, expected: &Expected, logs: &[PathBuf]) -> anyhow:
         .filter(|n| !seen.contains(n))
         .collect();
 
-    // Every accepted completion came from an execution of that very attempt that succeeded,
-    // and no job was completed twice.
+    // Every accepted completion came from an execution of the attempt it records that had
+    // succeeded by then (a stale writer's completion lands on a later attempt's row version,
+    // before that attempt's own end, or on an attempt that never succeeded), and no job was
+    // completed twice.
     let mut per_job: HashMap<i64, u32> = HashMap::new();
     for r in &completions {
-        let (id, attempt): (i64, i32) = (r.get(0), r.get(1));
+        let (id, attempt, at_ms): (i64, i32, i64) = (r.get(0), r.get(1), r.get(2));
         *per_job.entry(id).or_default() += 1;
-        if runs.get(&(id, attempt)).and_then(|r| r.1) != Some(true) {
+        let backed = runs
+            .get(&(id, attempt))
+            .and_then(|r| r.end)
+            .is_some_and(|(end, ok)| ok && end <= at_ms);
+        if !backed {
             report.stale_completions.push((id, attempt));
         }
     }
     report.duplicate_completions = per_job.values().map(|n| i64::from(*n) - 1).sum();
+
+    // Two executions of one job overlap only once the earlier one's lease had expired. An
+    // execution with no logged end (its process was killed) is left out: when it stopped is
+    // not known.
+    let mut by_job: BTreeMap<i64, Vec<(i32, Run)>> = BTreeMap::new();
+    for (&(job, attempt), r) in &runs {
+        by_job.entry(job).or_default().push((attempt, *r));
+    }
+    for (job, mut attempts) in by_job {
+        attempts.sort_by_key(|(a, _)| *a);
+        for (i, (a, earlier)) in attempts.iter().enumerate() {
+            let (Some(a_start), Some((a_end, _))) = (earlier.start_ms, earlier.end) else {
+                continue;
+            };
+            for (b, later) in &attempts[i + 1..] {
+                let Some(b_start) = later.start_ms else {
+                    continue;
+                };
+                let b_end = later.end.map_or(i64::MAX, |(t, _)| t);
+                let overlap = b_start < a_end && a_start < b_end;
+                if overlap
+                    && leases
+                        .get(&(job, *a))
+                        .is_none_or(|deadline| *deadline > b_start)
+                {
+                    report.overlaps.push((job, *a, *b));
+                }
+            }
+        }
+    }
     Ok(report)
 }
 
@@ -159,7 +263,8 @@ impl Report {
             && self.not_terminal.is_empty()
             && self.wrong_state.is_empty()
             && self.duplicate_completions == 0
-            && self.stale_completions.is_empty();
+            && self.stale_completions.is_empty()
+            && self.overlaps.is_empty();
         println!("\nfaults injected");
         for f in Fault::all() {
             if let Some(n) = tally.0.get(&f) {
@@ -200,6 +305,10 @@ impl Report {
             "stale completions accepted",
             self.stale_completions.len().to_string(),
         );
+        line(
+            "overlaps (ran while an earlier run held the lease)",
+            self.overlaps.len().to_string(),
+        );
         line("executions (handler runs)", self.executions.to_string());
         println!("\nexecutions beyond one per job, by reason");
         if self.extra.is_empty() {
@@ -216,12 +325,13 @@ impl Report {
         );
         if !ok {
             println!(
-                "  lost {:?} unexpected {:?} not terminal {:?} wrong state {:?} stale {:?}",
+                "  lost {:?} unexpected {:?} not terminal {:?} wrong state {:?} stale {:?} overlaps {:?}",
                 first(&self.lost),
                 first(&self.unexpected),
                 first(&self.not_terminal),
                 first(&self.wrong_state),
-                first(&self.stale_completions)
+                first(&self.stale_completions),
+                first(&self.overlaps)
             );
         }
         if json {
@@ -239,6 +349,7 @@ impl Report {
                     "not_terminal": self.not_terminal.len(), "wrong_state": self.wrong_state.len(),
                     "duplicate_completions": self.duplicate_completions,
                     "stale_completions": self.stale_completions.len(),
+                    "overlaps": self.overlaps.len(),
                     "executions": self.executions, "extra_executions": extra,
                     "faults": faults, "worker_restarts": restarted,
                     "elapsed_s": elapsed.as_secs_f64(), "quiesce_s": quiesce.as_secs_f64(),

@@ -39,10 +39,14 @@ fn log_path() -> PathBuf {
 
 /// Runs one attempt: the shared behaviour of every flavour.
 async fn attempt(spec: &Spec, attempt: i32) -> Result<(), String> {
-    let ms = if spec.slow_first && attempt == 1 {
-        LEASE.as_millis() as u64 * 2
-    } else {
-        spec.ms
+    // A slow job's first attempt outlives its lease (heartbeats off) by half of it; its later
+    // attempts take half a lease, so that the one the reaper starts is usually still running
+    // when the first one ends: the moment a stale write would land (the negative control).
+    let lease_ms = LEASE.as_millis() as u64;
+    let ms = match (spec.slow_first, attempt) {
+        (true, 1) => lease_ms * 3 / 2,
+        (true, _) => lease_ms / 2,
+        (false, _) => spec.ms,
     };
     tokio::time::sleep(Duration::from_millis(ms)).await;
     if spec.permanent {

@@ -50,30 +50,31 @@ pub struct Event {
     pub job: i64,
     pub attempt: i32,
     pub ok: bool,
+    /// When, in milliseconds since the epoch by the writer's wall clock.
+    pub ms: i64,
 }
 
-pub fn read(path: &Path) -> Vec<Event> {
+/// The events of one log; `offset_ms` is subtracted from their times (a worker whose clock
+/// was set ahead).
+pub fn read(path: &Path, offset_ms: i64) -> Vec<Event> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            match f.as_slice() {
-                ["S", job, attempt, ..] => Some(Event {
-                    start: true,
-                    job: job.parse().ok()?,
-                    attempt: attempt.parse().ok()?,
-                    ok: false,
-                }),
-                ["E", job, attempt, r, ..] => Some(Event {
-                    start: false,
-                    job: job.parse().ok()?,
-                    attempt: attempt.parse().ok()?,
-                    ok: *r == "ok",
-                }),
-                _ => None,
-            }
+            let (start, job, attempt, ok, ms) = match f.as_slice() {
+                ["S", job, attempt, _pid, ms] => (true, job, attempt, false, ms),
+                ["E", job, attempt, r, _pid, ms] => (false, job, attempt, *r == "ok", ms),
+                _ => return None,
+            };
+            Some(Event {
+                start,
+                job: job.parse().ok()?,
+                attempt: attempt.parse().ok()?,
+                ok,
+                ms: ms.parse::<i64>().ok()? - offset_ms,
+            })
         })
         .collect()
 }

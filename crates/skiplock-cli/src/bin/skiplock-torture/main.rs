@@ -1,7 +1,9 @@
 //! `skiplock-torture`: runs real worker processes (typed handlers, and `skiplock work
 //! --exec`) against a PostgreSQL of its own while injecting faults, logs every execution
 //! outside the database, and checks at the end that nothing was lost, nothing was completed
-//! twice, and no stale completion was accepted.
+//! twice, no stale completion was accepted, and no two runs of a job overlapped while the
+//! earlier one held its lease. `--unfenced` is the negative control (workers without the
+//! attempts fence): the accounting must fail.
 //!
 //! ```sh
 //! cargo build --release -p skiplock-cli
@@ -43,6 +45,9 @@ enum Command {
         log: PathBuf,
         #[arg(long)]
         name: String,
+        /// Outcomes and heartbeats without the attempts fence (the negative control).
+        #[arg(long)]
+        unfenced: bool,
     },
     /// One job run by `skiplock work --exec` (started by the exec workers).
     #[command(hide = true)]
@@ -61,9 +66,10 @@ fn main() -> ExitCode {
             schema,
             log,
             name,
+            unfenced,
         } => {
             let _ = jobs::LOG.set(log);
-            runtime(worker(url, schema, name))
+            runtime(worker(url, schema, name, unfenced))
         }
         Command::Run(args) => runtime(orchestrate::run(args)),
     }
@@ -90,18 +96,21 @@ fn runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode
 }
 
 /// A typed-handler worker process; SIGTERM shuts it down gracefully.
-async fn worker(url: String, schema: String, name: String) -> anyhow::Result<()> {
+async fn worker(url: String, schema: String, name: String, unfenced: bool) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .with_ansi(false)
         .init();
-    let client = skiplock::Client::builder(&url)
+    let mut client = skiplock::Client::builder(&url)
         .schema(&schema)
         .pool_size(6)
-        .application_name(format!("torture-{name}"))
-        .build()?;
+        .application_name(format!("torture-{name}"));
+    if unfenced {
+        client = client.unfenced_for_negative_control();
+    }
+    let client = client.build()?;
     let registry = skiplock::Registry::new()
         .register::<jobs::Typed>()
         .register::<jobs::Slow>();

@@ -16,6 +16,9 @@ use crate::jobs::{Slow, Spec, Typed};
 
 const SCHEMA: &str = "torture";
 
+/// How far ahead the skewed worker's clock is (FAKETIME below says the same).
+const SKEW: Duration = Duration::from_secs(2 * 3600);
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// How long to inject faults (enqueueing spreads over most of it), e.g. 45s, 30m.
@@ -45,6 +48,10 @@ pub struct Args {
     /// Keep the run's folder (database, logs) afterwards.
     #[arg(long)]
     keep: bool,
+    /// The negative control: typed workers write outcomes and heartbeats without the
+    /// attempts fence, so stale workers' writes land; the accounting must then fail.
+    #[arg(long)]
+    unfenced: bool,
 }
 
 struct Proc {
@@ -161,6 +168,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .build()?;
     admin.migrate().await?;
     skiplock::lab::install_completion_audit(&admin).await?;
+    admin
+        .pool()
+        .get()
+        .await?
+        .batch_execute(check::LEASE_AUDIT_INSTALL)
+        .await
+        .context("could not install the lease audit")?;
 
     // The worker processes.
     let exe = std::env::current_exe()?;
@@ -179,8 +193,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for i in 0..args.typed_workers {
         let log = dir.join(format!("typed-{i}.log"));
         let mut env = Vec::new();
+        let mut offset_ms = 0;
         if i == 0 {
             if let Some(lib) = &faketime {
+                offset_ms = SKEW.as_millis() as i64;
                 env.push(("LD_PRELOAD".to_owned(), lib.display().to_string()));
                 env.push(("FAKETIME".to_owned(), "+2h".to_owned()));
                 env.push(("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()));
@@ -199,6 +215,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             "--name".into(),
             format!("typed-{i}"),
         ]);
+        if args.unfenced {
+            cmd.push("--unfenced".into());
+        }
         procs.push(Proc {
             name: format!("typed-{i}"),
             cmd,
@@ -207,7 +226,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             child: None,
             starts: 0,
         });
-        logs.push(log);
+        logs.push((log, offset_ms));
     }
     for i in 0..args.exec_workers {
         let log = dir.join(format!("exec-{i}.log"));
@@ -246,7 +265,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             child: None,
             starts: 0,
         });
-        logs.push(log);
+        logs.push((log, 0));
     }
     for p in &mut procs {
         p.start()?;

@@ -1,0 +1,197 @@
+//! `skiplock work --exec`: each job runs a command, in a process group of its own, so that
+//! everything the command starts (`sh script.sh` and whatever the script runs) is stopped
+//! with it: when it exits, when it times out, when its job is cancelled or its lease is lost,
+//! at shutdown and when the worker itself exits. A job never overlaps a leftover of its
+//! previous attempt.
+//!
+//! At a graceful shutdown the commands still running at the deadline get SIGTERM, then
+//! SIGKILL [`TERM_GRACE`] later; one that stops in between is put back in the queue without
+//! spending an attempt (a command that still ends with exit 0 is done). A `kill -9` of the
+//! worker itself is the one case left to the operating system: the groups it ran are not
+//! signalled (a worker cannot act after SIGKILL), and their jobs' leases expire as usual.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use skiplock::{BoxFuture, Handler, JobContext, JobError};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+
+/// The exit status a command uses to ask for a retry (`EX_TEMPFAIL`).
+pub const EXIT_RETRY: i32 = 75;
+
+/// How long a command has between SIGTERM and SIGKILL at shutdown.
+pub const TERM_GRACE: Duration = Duration::from_secs(3);
+
+/// How much of a failed command's standard error is kept in `last_error`.
+const STDERR_TAIL: usize = 2048;
+
+/// The process groups of the commands running now.
+static LIVE: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+
+/// Set once the shutdown deadline passed and the commands were sent SIGTERM.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+fn live() -> std::sync::MutexGuard<'static, BTreeSet<i32>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn signal_all(sig: Signal) {
+    for pgid in live().iter() {
+        // ESRCH (the group just ended) is not an error.
+        let _ = killpg(Pid::from_raw(*pgid), sig);
+    }
+}
+
+/// Sends SIGTERM to every running command's group: the shutdown deadline passed.
+pub fn terminate_all() {
+    STOPPING.store(true, Ordering::SeqCst);
+    signal_all(Signal::SIGTERM);
+}
+
+/// Kills every running command's group: the worker is exiting.
+pub fn kill_all() {
+    signal_all(Signal::SIGKILL);
+}
+
+/// Resolves when `shutdown` does, and from then on stops the commands still running after
+/// `deadline`: SIGTERM then, SIGKILL [`TERM_GRACE`] later (when the worker gives up waiting
+/// and drops them). Give the worker a shutdown timeout of `deadline + TERM_GRACE`.
+pub async fn on_shutdown(shutdown: impl std::future::Future<Output = ()>, deadline: Duration) {
+    shutdown.await;
+    tokio::spawn(async move {
+        tokio::time::sleep(deadline).await;
+        let n = live().len();
+        if n > 0 {
+            tracing::info!(
+                commands = n,
+                "shutdown deadline reached: sending SIGTERM to the running commands"
+            );
+            terminate_all();
+        }
+    });
+}
+
+/// One command's process group: killed (SIGKILL) when this is dropped, however the job
+/// ends (the handler's future is dropped on a timeout and at the shutdown deadline).
+struct Group(Option<i32>);
+
+impl Group {
+    fn new(pid: Option<u32>) -> Self {
+        let pgid = pid.and_then(|p| i32::try_from(p).ok());
+        if let Some(p) = pgid {
+            live().insert(p);
+        }
+        Group(pgid)
+    }
+
+    /// Kills the whole group (the command, if still running, and all it started).
+    fn kill(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
+            live().remove(&p);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs each job with an external command.
+#[derive(Clone)]
+pub struct Exec(Arc<(String, Vec<String>)>);
+
+impl Exec {
+    pub fn new(program: String, args: Vec<String>) -> Self {
+        Exec(Arc::new((program, args)))
+    }
+}
+
+impl Handler for Exec {
+    fn call(&self, payload: String, ctx: JobContext) -> BoxFuture<Result<(), JobError>> {
+        let cmd = self.0.clone();
+        Box::pin(async move { exec(&cmd.0, &cmd.1, payload, ctx).await })
+    }
+}
+
+async fn read_tail(mut stderr: Option<impl AsyncRead + Unpin>) -> String {
+    let mut buf = Vec::new();
+    if let Some(s) = stderr.as_mut() {
+        let _ = s.read_to_end(&mut buf).await;
+    }
+    let start = buf.len().saturating_sub(STDERR_TAIL);
+    String::from_utf8_lossy(&buf[start..]).trim().to_owned()
+}
+
+async fn exec(
+    program: &str,
+    args: &[String],
+    payload: String,
+    ctx: JobContext,
+) -> Result<(), JobError> {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .env("SKIPLOCK_JOB_ID", ctx.id.to_string())
+        .env("SKIPLOCK_ATTEMPT", ctx.attempt.to_string())
+        .env("SKIPLOCK_MAX_ATTEMPTS", ctx.max_attempts.to_string())
+        .env("SKIPLOCK_QUEUE", &ctx.queue)
+        .env("SKIPLOCK_KIND", &ctx.kind)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped())
+        // Its own process group: it can be stopped with all it started, and a Ctrl-C at the
+        // terminal reaches the worker (which shuts down gracefully), not the running jobs.
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| JobError::retry(format!("could not start {program}: {e}")))?;
+    let mut group = Group::new(child.id());
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::spawn(async move {
+            // A command that does not read its input closes the pipe: not an error.
+            let _ = stdin.write_all(payload.as_bytes()).await;
+        });
+    }
+    // Read concurrently (a full pipe would block the command); the pipe closes when the
+    // last process holding it ends, which the group kill below makes prompt.
+    let tail = tokio::spawn(read_tail(child.stderr.take()));
+    let status = tokio::select! {
+        s = child.wait() => s,
+        () = ctx.cancelled() => {
+            group.kill();
+            let _ = child.wait().await;
+            return Err(JobError::retry("cancelled: the job is no longer this worker's"));
+        }
+    };
+    // Whatever the command left running in its group ends with it.
+    group.kill();
+    let tail = tail.await.unwrap_or_default();
+    let status =
+        status.map_err(|e| JobError::retry(format!("waiting for {program} failed: {e}")))?;
+    if STOPPING.load(Ordering::SeqCst) && !status.success() {
+        // Stopped by the shutdown: back to the queue, no attempt spent.
+        return Err(JobError::snooze(Duration::ZERO));
+    }
+    let tail = if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {tail}")
+    };
+    match (status.code(), status.signal()) {
+        (Some(0), _) => Ok(()),
+        (Some(EXIT_RETRY), _) => Err(JobError::retry(format!(
+            "exit {EXIT_RETRY} (retry requested){tail}"
+        ))),
+        (Some(code), _) => Err(JobError::retry(format!("exit {code}{tail}"))),
+        (None, Some(sig)) => Err(JobError::retry(format!("killed by signal {sig}{tail}"))),
+        (None, None) => Err(JobError::retry(format!("ended abnormally{tail}"))),
+    }
+}
