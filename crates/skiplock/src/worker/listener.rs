@@ -112,15 +112,24 @@ async fn listen_once(
     let send = send_probe(shared, &token);
     tokio::pin!(send);
     let mut probe = Probe::Sending;
+    // The send is polled to its end even when the probe is heard first (the notification
+    // can overtake the reply): a send future left pending would keep its pooled connection
+    // checked out for as long as this connection lives.
+    let mut sending = true;
     loop {
         let deadline = match probe {
             Probe::Waiting(at) => Some(at),
             _ => None,
         };
         tokio::select! {
-            sent = &mut send, if matches!(probe, Probe::Sending) => match sent {
-                Ok(()) => probe = Probe::Waiting(Instant::now() + PROBE_WAIT),
+            sent = &mut send, if sending => match sent {
+                _ if !matches!(probe, Probe::Sending) => sending = false,
+                Ok(()) => {
+                    sending = false;
+                    probe = Probe::Waiting(Instant::now() + PROBE_WAIT);
+                }
                 Err(e) => {
+                    sending = false;
                     // Unknown, not deaf: the database may be briefly out of reach.
                     tracing::debug!(error = %super::producer::error_chain(&e), "could not send the LISTEN self-test");
                     probe = Probe::Settled;

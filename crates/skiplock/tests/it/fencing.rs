@@ -512,6 +512,12 @@ async fn a_cancelled_running_job_is_not_claimable_before_its_lease_ends() {
     );
 
     assert_eq!(b.client.retry(&[id]).await.unwrap().changed, [id]);
+    // The retry wakes the queue's workers (they look up when the job is due).
+    assert_eq!(
+        l.next().await.payload(),
+        "default",
+        "the retry wakes the queue"
+    );
     assert!(
         b.client
             .claim("default", 1, lease)
