@@ -38,8 +38,9 @@ struct Cli {
     #[arg(long, global = true, default_value = skiplock::DEFAULT_SCHEMA)]
     schema: String,
 
-    /// Do not send statement, lock and idle-in-transaction timeouts at connect (PgBouncer
-    /// refuses them unless `options` is in its ignore_startup_parameters).
+    /// Do not send statement, lock and idle-in-transaction timeouts at connect (a pooler
+    /// that refuses them, such as a stock PgBouncer, is retried without them anyway, with
+    /// one warning; this skips the refused try).
     #[arg(long, global = true)]
     no_server_timeouts: bool,
 
@@ -145,9 +146,6 @@ fn main() -> ExitCode {
             });
             // One line: the whole cause chain, with the database's multi-line reports folded.
             let mut msg = format!("{e:#}").replace('\n', " ");
-            if msg.contains("unsupported startup parameter") {
-                msg.push_str(" (behind PgBouncer: pass --no-server-timeouts, or add `options` to its ignore_startup_parameters)");
-            }
             if let (true, Some(url)) = (reaching_db, url_for_errors.as_deref()) {
                 msg.push_str(&format!(" (database {})", util::redact(url)));
             }

@@ -31,7 +31,9 @@ impl Client {
     }
 
     /// Cancels queued or running jobs: they become `failed` with `last_error = 'cancelled'`.
-    /// A running job's worker is told at its next heartbeat, and its result is refused.
+    /// A running job keeps its lease until it ends, so a [`Client::retry`] cannot start a second
+    /// attempt while the first may still run; its worker is told at once (a `cancel:<id>`
+    /// notification, and at its next heartbeat at the latest), and its result is refused.
     pub async fn cancel(&self, ids: &[JobId]) -> Result<AdminReport> {
         self.admin(Action::Cancel, ids, "cancel jobs").await
     }
