@@ -392,7 +392,7 @@ pub async fn vacuum(
     }
     let sql = Sql::new(schema);
     let table = format!("{}.jobs", schema.quoted());
-    let (vac, mut notices) = notice_connection(url).await?;
+    let (vac, mut notices) = notice_connection(&client).await?;
     vac.batch_execute(&format!("VACUUM {table}"))
         .await
         .map_err(Error::db(OP))?;
@@ -457,15 +457,22 @@ pub async fn vacuum(
 }
 
 /// A connection whose notices (VACUUM VERBOSE's INFO lines) arrive on the receiver.
+/// Opened like the client's own connections (its TLS settings among them).
 async fn notice_connection(
-    url: &str,
+    via: &Client,
 ) -> Result<(
     tokio_postgres::Client,
     tokio::sync::mpsc::UnboundedReceiver<String>,
 )> {
-    let (client, mut conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    const OP: &str = "connect for the vacuum experiment";
+    let cfg = via
+        .config()
+        .ok_or_else(|| Error::invalid("lab", "the client does not know its URL"))?;
+    let (client, mut conn) = via
+        .connector()
+        .connect(cfg)
         .await
-        .map_err(Error::db("connect for the vacuum experiment"))?;
+        .map_err(Error::db(OP))?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
