@@ -13,10 +13,11 @@ use crate::error::{Error, Result};
 use crate::executor::{Conn, Executor};
 use crate::input;
 use crate::job::{
-    Backoff, ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob,
-    Retry, Transition,
+    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
+    Transition,
 };
 use crate::migrate::{self, MigrationReport};
+use crate::outcome::Outcome;
 use crate::schema::Schema;
 
 /// The `application_name` skiplock's connections use unless the URL sets one, so that they
@@ -325,17 +326,12 @@ const BUSY_GIVE_UP: Duration = Duration::from_secs(10);
 /// The most reaper rounds one [`Client::reap`] runs.
 pub(crate) const MAX_REAP_ROUNDS: usize = 100;
 
-fn finish(id: JobId, attempt: i32, outcome: &'static str, error: String, b: Backoff) -> Finish {
-    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
     Finish {
         id,
         attempt,
         queue: String::new(),
         outcome,
-        error,
-        delay_us: 0,
-        base_us: us(b.base()),
-        cap_us: us(b.cap()),
     }
 }
 
@@ -617,7 +613,7 @@ impl Client {
     /// the job must not be counted as done. Runs the worker's own batched statement
     /// (`job_finish_many.sql`) with a batch of one.
     pub async fn complete(&self, id: JobId, attempt: i32) -> Result<Transition> {
-        let f = finish(id, attempt, "done", String::new(), Backoff::default());
+        let f = Finish::complete(id, attempt);
         Ok(match self.finish_one(f, "complete a job").await? {
             Verdict::Applied(_) => Transition::Applied,
             _ => Transition::Lost,
@@ -636,13 +632,15 @@ impl Client {
         error: &str,
         retry: Retry,
     ) -> Result<FailOutcome> {
-        let (outcome, backoff) = match retry {
-            Retry::Backoff(b) => ("retry", b),
-            Retry::Never => ("discard", Backoff::default()),
+        let outcome = match retry {
+            Retry::Backoff(backoff) => {
+                input::micros("backoff", backoff.base())?;
+                input::micros("backoff", backoff.cap())?;
+                Outcome::retry(error, backoff)
+            }
+            Retry::Never => Outcome::discard(error),
         };
-        input::micros("backoff", backoff.base())?;
-        input::micros("backoff", backoff.cap())?;
-        let f = finish(id, attempt, outcome, input::error_message(error), backoff);
+        let f = finish(id, attempt, outcome);
         Ok(match self.finish_one(f, "record a failed job").await? {
             Verdict::Applied(w) if w.state == JobState::Queued => FailOutcome::Retrying {
                 run_at: w.run_at,
@@ -667,7 +665,9 @@ impl Client {
                 Ok(v) => v.into_iter().next().unwrap_or(Verdict::Lost),
                 Err(e) if !escaped && is_encoding_error(&e) => {
                     escaped = true;
-                    f.error = db::job::ascii_escaped(&f.error);
+                    if let Some(error) = f.outcome.error_mut() {
+                        *error = db::job::ascii_escaped(error);
+                    }
                     continue;
                 }
                 Err(e) => return Err(Error::db(op)(e)),

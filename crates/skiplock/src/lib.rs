@@ -54,6 +54,7 @@ mod job;
 pub mod lab;
 mod maintenance;
 mod migrate;
+mod outcome;
 mod schema;
 mod tls;
 mod worker;

@@ -25,8 +25,8 @@ pub enum Statement {
     InsertMany,
     /// `queries/job_claim.sql`: claim ready jobs with a lease (`FOR UPDATE SKIP LOCKED`).
     Claim,
-    /// `queries/job_finish_many.sql`: write many outcomes (done, retry, discard, requeue),
-    /// each guarded by its claim's attempt; the worker's completer and
+    /// `queries/job_finish_many.sql`: write many outcomes (complete, retry, discard, snooze,
+    /// hand back), each guarded by its claim's attempt; the worker's completer and
     /// [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail)
     /// (a batch of one). One result row per input: written, lost or busy.
     FinishMany,
