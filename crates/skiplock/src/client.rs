@@ -31,8 +31,11 @@ pub const DEFAULT_POOL_SIZE: usize = 10;
 /// fails with [`Error::Pool`] instead of waiting forever.
 pub const DEFAULT_POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The default lease a claim takes: 5 minutes, as in the article.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+/// The lease suggested for a manual [`Client::claim`]: 5 minutes, as in the article.
+#[deprecated(
+    note = "renamed `Client::DEFAULT_CLAIM_LEASE` (a `Worker`'s lease is `WorkerConfig::DEFAULT_LEASE`)"
+)]
+pub const DEFAULT_LEASE: Duration = Client::DEFAULT_CLAIM_LEASE;
 
 /// Server-side limits set on skiplock's own connections (sent as `options` in the startup
 /// packet), so that a stuck statement, a lock queue or a forgotten transaction cannot hold a
@@ -371,6 +374,21 @@ impl deadpool_postgres::Connect for PoolConnect {
 }
 
 impl Client {
+    /// The lease suggested for a manual [`Client::claim`]: 5 minutes, as in the article. A
+    /// [`Worker`](crate::Worker) renews shorter leases with its heartbeat: see
+    /// [`WorkerConfig::DEFAULT_LEASE`](crate::WorkerConfig::DEFAULT_LEASE).
+    pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(300);
+
+    /// Creates or upgrades the schema through the caller's connection or transaction (see
+    /// [`migrate`](crate::migrate())). Through a tokio-postgres transaction it runs inside
+    /// it, under the caller's timeouts, and is applied only if and when that transaction
+    /// commits; through a plain tokio-postgres connection it opens and commits a transaction
+    /// of its own, as [`Client::migrate`] does; through an sqlx connection it opens a
+    /// transaction, or a savepoint inside the caller's.
+    pub async fn migrate_tx<'c>(&self, conn: impl Executor<'c>) -> Result<MigrationReport> {
+        migrate::migrate_in(conn.into_conn(), &self.inner.schema).await
+    }
+
     /// A builder for a client on the database at `url` (a `postgres://` URL or a libpq
     /// `key=value` string).
     ///
