@@ -601,7 +601,7 @@ impl Client {
     // ---- Lifecycle -----------------------------------------------------------------------
 
     /// Claims up to `limit` ready jobs of `queue` and leases them for `lease` (1 s to 24 h),
-    /// in one short autocommit statement (`FOR UPDATE SKIP LOCKED`, S2). Each job's attempt
+    /// in one short autocommit statement (`FOR UPDATE SKIP LOCKED`). Each job's attempt
     /// count grows by one; present [`ClaimedJob::attempt`] to the calls that finish it.
     ///
     /// Jobs are returned in claim order (priority, run_at, id). An empty result means
@@ -625,7 +625,7 @@ impl Client {
         .map_err(Error::db("claim jobs"))
     }
 
-    /// Marks a job done (S4), if it is still `running` with this `attempt`.
+    /// Marks a job done, if it is still `running` with this `attempt`.
     ///
     /// [`Transition::Lost`] means the job is no longer this claim's: nothing was written, and
     /// the job must not be counted as done. Runs the worker's own batched statement
@@ -638,7 +638,7 @@ impl Client {
         })
     }
 
-    /// Records a failed attempt (S5), guarded like [`Client::complete`]. With
+    /// Records a failed attempt, guarded like [`Client::complete`]. With
     /// [`Retry::Backoff`] the job goes back to `queued` to run after the backoff, or to
     /// `failed` when it has used `max_attempts`; with [`Retry::Never`] it is `failed` now.
     /// `error` is kept in `last_error` (NULs removed, cut to 16 KiB; written with non-ASCII
@@ -701,7 +701,7 @@ impl Client {
         }
     }
 
-    /// Renews a running job's lease to `lease` from the database's `now()` (S7), guarded like
+    /// Renews a running job's lease to `lease` from the database's `now()`, guarded like
     /// [`Client::complete`]. [`Transition::Lost`] means the job is no longer this claim's:
     /// stop working on it, and do not write its result. Runs the heartbeat's batched
     /// statement (`job_extend_many.sql`) with a batch of one.
@@ -733,7 +733,7 @@ impl Client {
     }
 
     /// Returns jobs whose lease has expired to `queued`, or to `failed` if they have used all
-    /// their attempts (S6), and moves queued jobs with no attempt left to `failed`. Keeps an
+    /// their attempts, and moves queued jobs with no attempt left to `failed`. Keeps an
     /// earlier `last_error`, else records `lease expired` (or `no attempts left`). Runs the
     /// worker reaper's statement in rounds of up to 1,000 rows of each kind until a round
     /// comes back short; a row another session holds locked is left for a later call.

@@ -1,4 +1,4 @@
-//! Migrations (S1): idempotent, versioned, safe from two connections at once.
+//! Migrations: idempotent, versioned, safe from two connections at once.
 
 use skiplock::{latest_version, migrate, Client, Schema};
 use skiplock_testdb::TestDb;

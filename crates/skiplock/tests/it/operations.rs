@@ -1,5 +1,5 @@
-//! Operator calls: retry, cancel, delete (B5); prune and archive (S10); health (S11); the
-//! lab's wait and vacuum experiments (S14).
+//! Operator calls: retry, cancel, delete; prune and archive; health; the
+//! lab's wait and vacuum experiments.
 
 use std::time::Duration;
 
