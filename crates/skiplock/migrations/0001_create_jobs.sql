@@ -45,7 +45,7 @@ CREATE INDEX jobs_ready_idx ON {schema}.jobs (queue, priority, run_at, id)
 CREATE INDEX jobs_lease_idx ON {schema}.jobs (locked_until)
   WHERE status = 'running';
 
--- Wake-up hint (S8): one pg_notify per distinct queue per INSERT statement, never per row,
+-- Wake-up hint: one pg_notify per distinct queue per INSERT statement, never per row,
 -- and never the payload. The channel is '<schema>.jobs' so that schemas do not wake each
 -- other. Notifications are delivered only when the inserting transaction commits.
 CREATE FUNCTION {schema}.jobs_notify_insert() RETURNS trigger

@@ -1,4 +1,4 @@
--- skiplock migration 3: enqueue from SQL (B12), so that triggers and any language can add
+-- skiplock migration 3: enqueue from SQL, so that triggers and any language can add
 -- jobs with the same checks as the library:
 --
 --   SELECT skiplock.enqueue('emails', '{"user_id": 42}');

@@ -1,4 +1,4 @@
--- Cancel jobs (B5): queued or running jobs among $1 become `failed` with last_error
+-- Cancel jobs: queued or running jobs among $1 become `failed` with last_error
 -- 'cancelled'. Returns the ids cancelled.
 --
 -- A running job keeps its locked_until: its handler may still be running until that lease

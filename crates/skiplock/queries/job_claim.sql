@@ -1,4 +1,4 @@
--- Claim up to $2 ready jobs of queue $1 and lease them for $3 microseconds (S2).
+-- Claim up to $2 ready jobs of queue $1 and lease them for $3 microseconds.
 --
 -- The CTE is an optimisation fence: the planner cannot turn it into a nested loop that
 -- updates more rows than the LIMIT. FOR UPDATE locks each chosen row; SKIP LOCKED makes a

@@ -1,4 +1,4 @@
--- Delete jobs (B5) among $1 that are not running (cancel a running job first).
+-- Delete jobs among $1 that are not running (cancel a running job first).
 -- Returns the ids deleted. Row locking as in job_cancel.sql: one primary-key probe per id,
 -- in id order.
 WITH o AS MATERIALIZED (

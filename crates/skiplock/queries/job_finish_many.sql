@@ -3,14 +3,15 @@
 --
 -- $1 ids, $2 the attempts each claim returned, $3 outcomes, $4 error messages, $5 requeue
 -- delays (microseconds), $6 backoff bases and $7 backoff caps (microseconds); one array
--- element per job. Outcomes:
---   done     the job succeeded                     -> done
---   retry    a retryable error                     -> queued after least(cap, base * 2^attempts),
+-- element per job. Outcomes (the words of the Rust `Outcome` type's `sql_name`):
+--   complete   the job succeeded                   -> done
+--   retry      a retryable error                   -> queued after least(cap, base * 2^attempts),
 --                                                     or failed once attempts >= max_attempts
---   discard  a permanent error                     -> failed now
---   requeue  snoozed, or handed back at shutdown   -> queued after the delay, with max_attempts
---                                                     raised by one so that it costs no attempt
---                                                     (attempts never goes down: it is the
+--                                                     (the only place this formula is written)
+--   discard    a permanent error                   -> failed now
+--   snooze     the handler asked to run later      -> queued after the delay, with max_attempts
+--   hand_back  claimed or running at shutdown         raised by one so that it costs no attempt
+--              (delay 0)                              (attempts never goes down: it is the
 --                                                     fencing token)
 --
 -- Returns one row per input element: n (its 1-based position), result, and for a written
@@ -63,14 +64,14 @@ WITH o AS MATERIALIZED (
 ), written AS (
   UPDATE {schema}.jobs j
   SET status       = CASE
-                       WHEN c.outcome = 'done' THEN 'done'
+                       WHEN c.outcome = 'complete' THEN 'done'
                        WHEN c.outcome = 'discard' THEN 'failed'
-                       WHEN c.outcome = 'requeue' THEN 'queued'
+                       WHEN c.outcome IN ('snooze', 'hand_back') THEN 'queued'
                        WHEN j.attempts >= j.max_attempts THEN 'failed'
                        ELSE 'queued'
                      END,
       run_at       = CASE
-                       WHEN c.outcome = 'requeue'
+                       WHEN c.outcome IN ('snooze', 'hand_back')
                          THEN now() + c.delay_us * interval '1 microsecond'
                        WHEN c.outcome = 'retry' AND j.attempts < j.max_attempts
                          THEN now() + least(c.cap_us::float8,
@@ -78,11 +79,11 @@ WITH o AS MATERIALIZED (
                                       * interval '1 microsecond'
                        ELSE j.run_at
                      END,
-      max_attempts = CASE WHEN c.outcome = 'requeue'
+      max_attempts = CASE WHEN c.outcome IN ('snooze', 'hand_back')
                           THEN least(j.max_attempts, 2147483646) + 1
                           ELSE j.max_attempts END,
       finished_at  = CASE
-                       WHEN c.outcome IN ('done', 'discard') THEN now()
+                       WHEN c.outcome IN ('complete', 'discard') THEN now()
                        WHEN c.outcome = 'retry' AND j.attempts >= j.max_attempts THEN now()
                      END,
       locked_until = NULL,

@@ -1,4 +1,4 @@
--- Delete one batch of finished jobs (S10): `done` ones, and `failed` ones when $2, finished
+-- Delete one batch of finished jobs: `done` ones, and `failed` ones when $2, finished
 -- more than $1 microseconds ago (by the database's clock). $3 is the batch size (at most
 -- 10,000), so that no statement holds many row locks for long. Returns how many it deleted;
 -- the caller repeats until a batch comes back short.

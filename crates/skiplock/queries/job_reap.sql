@@ -1,4 +1,4 @@
--- One reaper round (S6), run by the worker's reaper and by Client::reap alike:
+-- One reaper round, run by the worker's reaper and by Client::reap alike:
 --   * jobs whose lease expired go back to `queued`, or to `failed` once they used all their
 --     attempts (a job that kills every worker that runs it must not come back forever);
 --     an earlier error is kept, otherwise the reason is 'lease expired';

@@ -1,4 +1,4 @@
--- Retry jobs now (B5): queued, done or failed jobs among $1 go back to `queued`.
+-- Retry jobs now: queued, done or failed jobs among $1 go back to `queued`.
 -- `attempts` is never lowered (it fences stale workers); `max_attempts` is raised when
 -- needed so that the job gets at least one more attempt. Running jobs are left alone.
 -- Returns the ids moved.

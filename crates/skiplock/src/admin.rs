@@ -1,8 +1,12 @@
-//! Operator actions on individual jobs (B5): retry now, cancel, delete.
+//! Operator actions on individual jobs: retry now, cancel, delete; on a pooled connection or
+//! through the caller's own connection or transaction.
+
+use tokio_postgres::GenericClient;
 
 use crate::client::Client;
-use crate::db;
+use crate::db::{self, Sql};
 use crate::error::{Error, Result};
+use crate::executor::{Conn, Executor};
 use crate::job::{JobId, JobState};
 
 /// What an admin call did to each id.
@@ -22,12 +26,34 @@ enum Action {
     Delete,
 }
 
+impl Action {
+    fn op(self) -> &'static str {
+        match self {
+            Action::Retry => "retry jobs",
+            Action::Cancel => "cancel jobs",
+            Action::Delete => "delete jobs",
+        }
+    }
+}
+
 impl Client {
     /// Makes queued, done or failed jobs ready to run now. `attempts` is kept (it fences
     /// stale workers); `max_attempts` is raised if needed so that each gets another attempt.
     /// Running jobs are left alone.
     pub async fn retry(&self, ids: &[JobId]) -> Result<AdminReport> {
-        self.admin(Action::Retry, ids, "retry jobs").await
+        let conn = self.conn(Action::Retry.op()).await?;
+        self.retry_tx(&**conn, ids).await
+    }
+
+    /// [`Client::retry`] through the caller's connection or transaction: through a
+    /// transaction, the jobs become ready (and their wake-up is sent) only if and when it
+    /// commits.
+    pub async fn retry_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        ids: &[JobId],
+    ) -> Result<AdminReport> {
+        self.admin(Action::Retry, conn.into_conn(), ids).await
     }
 
     /// Cancels queued or running jobs: they become `failed` with `last_error = 'cancelled'`.
@@ -35,46 +61,68 @@ impl Client {
     /// attempt while the first may still run; its worker is told at once (a `cancel:<id>`
     /// notification, and at its next heartbeat at the latest), and its result is refused.
     pub async fn cancel(&self, ids: &[JobId]) -> Result<AdminReport> {
-        self.admin(Action::Cancel, ids, "cancel jobs").await
+        let conn = self.conn(Action::Cancel.op()).await?;
+        self.cancel_tx(&**conn, ids).await
+    }
+
+    /// [`Client::cancel`] through the caller's connection or transaction: through a
+    /// transaction, the jobs are cancelled (and a running job's worker is told) only if and
+    /// when it commits.
+    pub async fn cancel_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        ids: &[JobId],
+    ) -> Result<AdminReport> {
+        self.admin(Action::Cancel, conn.into_conn(), ids).await
     }
 
     /// Deletes jobs that are not running (cancel a running job first).
     pub async fn delete(&self, ids: &[JobId]) -> Result<AdminReport> {
-        self.admin(Action::Delete, ids, "delete jobs").await
+        let conn = self.conn(Action::Delete.op()).await?;
+        self.delete_tx(&**conn, ids).await
     }
 
-    async fn admin(&self, action: Action, ids: &[JobId], op: &'static str) -> Result<AdminReport> {
+    /// [`Client::delete`] through the caller's connection or transaction: through a
+    /// transaction, the jobs are gone only if and when it commits.
+    pub async fn delete_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        ids: &[JobId],
+    ) -> Result<AdminReport> {
+        self.admin(Action::Delete, conn.into_conn(), ids).await
+    }
+
+    async fn admin(&self, action: Action, conn: Conn<'_>, ids: &[JobId]) -> Result<AdminReport> {
+        let op = action.op();
         let mut raw: Vec<i64> = ids.iter().map(|id| id.0).collect();
         raw.sort_unstable();
         raw.dedup();
         if raw.is_empty() {
             return Ok(AdminReport::default());
         }
-        let conn = self.conn(op).await?;
         let sql = self.sql();
         let statement = match action {
             Action::Retry => &sql.retry,
             Action::Cancel => &sql.cancel,
             Action::Delete => &sql.delete,
         };
-        let mut changed = db::job::admin(&**conn, statement, &raw)
-            .await
-            .map_err(Error::db(op))?;
-        changed.sort_unstable();
-        let rest: Vec<i64> = raw
-            .iter()
-            .copied()
-            .filter(|id| changed.binary_search(&JobId(*id)).is_err())
-            .collect();
-        let states = if rest.is_empty() {
-            Vec::new()
-        } else {
-            db::job::states(&**conn, sql, &rest)
+        // The ids changed, and the states of the others (read in the same connection, so
+        // that a transaction sees its own changes).
+        let (changed, states) = match conn {
+            Conn::TokioClient(c) => tokio_admin(c, sql, statement, &raw)
                 .await
-                .map_err(Error::db(op))?
+                .map_err(Error::db(op))?,
+            Conn::TokioTx(t) => tokio_admin(t, sql, statement, &raw)
+                .await
+                .map_err(Error::db(op))?,
+            #[cfg(feature = "sqlx-0_8")]
+            Conn::Sqlx(c) => sqlx_admin(c, sql, statement, &raw)
+                .await
+                .map_err(|source| Error::Sqlx { op, source })?,
         };
-        let unchanged = rest
+        let unchanged = raw
             .into_iter()
+            .filter(|id| changed.binary_search(&JobId(*id)).is_err())
             .map(|id| {
                 let state = states.iter().find(|(j, _)| j.0 == id).map(|(_, s)| *s);
                 (JobId(id), state)
@@ -82,4 +130,48 @@ impl Client {
             .collect();
         Ok(AdminReport { changed, unchanged })
     }
+}
+
+type Changes = (Vec<JobId>, Vec<(JobId, JobState)>);
+
+/// The ids of `raw` not in `changed` (sorted here).
+fn rest(raw: &[i64], changed: &mut [JobId]) -> Vec<i64> {
+    changed.sort_unstable();
+    raw.iter()
+        .copied()
+        .filter(|id| changed.binary_search(&JobId(*id)).is_err())
+        .collect()
+}
+
+async fn tokio_admin<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    statement: &str,
+    raw: &[i64],
+) -> std::result::Result<Changes, tokio_postgres::Error> {
+    let mut changed = db::job::admin(c, statement, raw).await?;
+    let rest = rest(raw, &mut changed);
+    let states = if rest.is_empty() {
+        Vec::new()
+    } else {
+        db::job::states(c, sql, &rest).await?
+    };
+    Ok((changed, states))
+}
+
+#[cfg(feature = "sqlx-0_8")]
+async fn sqlx_admin(
+    c: &mut sqlx::PgConnection,
+    sql: &Sql,
+    statement: &str,
+    raw: &[i64],
+) -> std::result::Result<Changes, sqlx::Error> {
+    let mut changed = db::sqlx::admin(c, statement, raw).await?;
+    let rest = rest(raw, &mut changed);
+    let states = if rest.is_empty() {
+        Vec::new()
+    } else {
+        db::sqlx::states(c, sql, &rest).await?
+    };
+    Ok((changed, states))
 }

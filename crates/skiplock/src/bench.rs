@@ -19,6 +19,7 @@ use crate::db::{self, job::Finish};
 use crate::error::{Error, Result};
 use crate::handler::{JobContext, JobError, JobOptions, Registry};
 use crate::job::NewJob;
+use crate::outcome::Outcome;
 use crate::schema::Schema;
 use crate::worker::Worker;
 
@@ -254,7 +255,7 @@ async fn prepared_ceiling_loop(client: Client, batch: u32) -> Result<usize> {
         }
         let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
         let attempts: Vec<i32> = rows.iter().map(|r| r.get("attempts")).collect();
-        let outcomes = vec!["done"; ids.len()];
+        let outcomes = vec![Outcome::Complete.sql_name(); ids.len()];
         let errors = vec![""; ids.len()];
         let zeros = vec![0i64; ids.len()];
         done += conn
@@ -284,16 +285,7 @@ async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
         }
         let finish: Vec<Finish> = jobs
             .iter()
-            .map(|j| Finish {
-                id: j.id,
-                queue: String::new(),
-                attempt: j.attempt,
-                outcome: "done",
-                error: String::new(),
-                delay_us: 0,
-                base_us: 0,
-                cap_us: 0,
-            })
+            .map(|j| Finish::complete(j.id, j.attempt))
             .collect();
         done += db::job::finish_many(&**conn, None, sql, &finish)
             .await

@@ -13,10 +13,11 @@ use crate::error::{Error, Result};
 use crate::executor::{Conn, Executor};
 use crate::input;
 use crate::job::{
-    Backoff, ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob,
-    Retry, Transition,
+    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
+    Transition,
 };
 use crate::migrate::{self, MigrationReport};
+use crate::outcome::Outcome;
 use crate::schema::Schema;
 
 /// The `application_name` skiplock's connections use unless the URL sets one, so that they
@@ -30,8 +31,11 @@ pub const DEFAULT_POOL_SIZE: usize = 10;
 /// fails with [`Error::Pool`] instead of waiting forever.
 pub const DEFAULT_POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The default lease a claim takes: 5 minutes, as in the article.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
+/// The lease suggested for a manual [`Client::claim`]: 5 minutes, as in the article.
+#[deprecated(
+    note = "renamed `Client::DEFAULT_CLAIM_LEASE` (a `Worker`'s lease is `WorkerConfig::DEFAULT_LEASE`)"
+)]
+pub const DEFAULT_LEASE: Duration = Client::DEFAULT_CLAIM_LEASE;
 
 /// Server-side limits set on skiplock's own connections (sent as `options` in the startup
 /// packet), so that a stuck statement, a lock queue or a forgotten transaction cannot hold a
@@ -325,17 +329,12 @@ const BUSY_GIVE_UP: Duration = Duration::from_secs(10);
 /// The most reaper rounds one [`Client::reap`] runs.
 pub(crate) const MAX_REAP_ROUNDS: usize = 100;
 
-fn finish(id: JobId, attempt: i32, outcome: &'static str, error: String, b: Backoff) -> Finish {
-    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
     Finish {
         id,
         attempt,
         queue: String::new(),
         outcome,
-        error,
-        delay_us: 0,
-        base_us: us(b.base()),
-        cap_us: us(b.cap()),
     }
 }
 
@@ -375,6 +374,21 @@ impl deadpool_postgres::Connect for PoolConnect {
 }
 
 impl Client {
+    /// The lease suggested for a manual [`Client::claim`]: 5 minutes, as in the article. A
+    /// [`Worker`](crate::Worker) renews shorter leases with its heartbeat: see
+    /// [`WorkerConfig::DEFAULT_LEASE`](crate::WorkerConfig::DEFAULT_LEASE).
+    pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(300);
+
+    /// Creates or upgrades the schema through the caller's connection or transaction (see
+    /// [`migrate`](crate::migrate())). Through a tokio-postgres transaction it runs inside
+    /// it, under the caller's timeouts, and is applied only if and when that transaction
+    /// commits; through a plain tokio-postgres connection it opens and commits a transaction
+    /// of its own, as [`Client::migrate`] does; through an sqlx connection it opens a
+    /// transaction, or a savepoint inside the caller's.
+    pub async fn migrate_tx<'c>(&self, conn: impl Executor<'c>) -> Result<MigrationReport> {
+        migrate::migrate_in(conn.into_conn(), &self.inner.schema).await
+    }
+
     /// A builder for a client on the database at `url` (a `postgres://` URL or a libpq
     /// `key=value` string).
     ///
@@ -587,7 +601,7 @@ impl Client {
     // ---- Lifecycle -----------------------------------------------------------------------
 
     /// Claims up to `limit` ready jobs of `queue` and leases them for `lease` (1 s to 24 h),
-    /// in one short autocommit statement (`FOR UPDATE SKIP LOCKED`, S2). Each job's attempt
+    /// in one short autocommit statement (`FOR UPDATE SKIP LOCKED`). Each job's attempt
     /// count grows by one; present [`ClaimedJob::attempt`] to the calls that finish it.
     ///
     /// Jobs are returned in claim order (priority, run_at, id). An empty result means
@@ -611,20 +625,20 @@ impl Client {
         .map_err(Error::db("claim jobs"))
     }
 
-    /// Marks a job done (S4), if it is still `running` with this `attempt`.
+    /// Marks a job done, if it is still `running` with this `attempt`.
     ///
     /// [`Transition::Lost`] means the job is no longer this claim's: nothing was written, and
     /// the job must not be counted as done. Runs the worker's own batched statement
     /// (`job_finish_many.sql`) with a batch of one.
     pub async fn complete(&self, id: JobId, attempt: i32) -> Result<Transition> {
-        let f = finish(id, attempt, "done", String::new(), Backoff::default());
+        let f = Finish::complete(id, attempt);
         Ok(match self.finish_one(f, "complete a job").await? {
             Verdict::Applied(_) => Transition::Applied,
             _ => Transition::Lost,
         })
     }
 
-    /// Records a failed attempt (S5), guarded like [`Client::complete`]. With
+    /// Records a failed attempt, guarded like [`Client::complete`]. With
     /// [`Retry::Backoff`] the job goes back to `queued` to run after the backoff, or to
     /// `failed` when it has used `max_attempts`; with [`Retry::Never`] it is `failed` now.
     /// `error` is kept in `last_error` (NULs removed, cut to 16 KiB; written with non-ASCII
@@ -636,13 +650,15 @@ impl Client {
         error: &str,
         retry: Retry,
     ) -> Result<FailOutcome> {
-        let (outcome, backoff) = match retry {
-            Retry::Backoff(b) => ("retry", b),
-            Retry::Never => ("discard", Backoff::default()),
+        let outcome = match retry {
+            Retry::Backoff(backoff) => {
+                input::micros("backoff", backoff.base())?;
+                input::micros("backoff", backoff.cap())?;
+                Outcome::retry(error, backoff)
+            }
+            Retry::Never => Outcome::discard(error),
         };
-        input::micros("backoff", backoff.base())?;
-        input::micros("backoff", backoff.cap())?;
-        let f = finish(id, attempt, outcome, input::error_message(error), backoff);
+        let f = finish(id, attempt, outcome);
         Ok(match self.finish_one(f, "record a failed job").await? {
             Verdict::Applied(w) if w.state == JobState::Queued => FailOutcome::Retrying {
                 run_at: w.run_at,
@@ -667,7 +683,9 @@ impl Client {
                 Ok(v) => v.into_iter().next().unwrap_or(Verdict::Lost),
                 Err(e) if !escaped && is_encoding_error(&e) => {
                     escaped = true;
-                    f.error = db::job::ascii_escaped(&f.error);
+                    if let Some(error) = f.outcome.error_mut() {
+                        *error = db::job::ascii_escaped(error);
+                    }
                     continue;
                 }
                 Err(e) => return Err(Error::db(op)(e)),
@@ -683,7 +701,7 @@ impl Client {
         }
     }
 
-    /// Renews a running job's lease to `lease` from the database's `now()` (S7), guarded like
+    /// Renews a running job's lease to `lease` from the database's `now()`, guarded like
     /// [`Client::complete`]. [`Transition::Lost`] means the job is no longer this claim's:
     /// stop working on it, and do not write its result. Runs the heartbeat's batched
     /// statement (`job_extend_many.sql`) with a batch of one.
@@ -715,7 +733,7 @@ impl Client {
     }
 
     /// Returns jobs whose lease has expired to `queued`, or to `failed` if they have used all
-    /// their attempts (S6), and moves queued jobs with no attempt left to `failed`. Keeps an
+    /// their attempts, and moves queued jobs with no attempt left to `failed`. Keeps an
     /// earlier `last_error`, else records `lease expired` (or `no attempts left`). Runs the
     /// worker reaper's statement in rounds of up to 1,000 rows of each kind until a round
     /// comes back short; a row another session holds locked is left for a later call.

@@ -1,15 +1,20 @@
-//! Enqueueing through the caller's own connection or transaction (S9).
+//! Enqueueing, operator actions and migrations through the caller's own connection or
+//! transaction.
 
 mod sealed {
     pub trait Sealed {}
 }
 
-/// A connection or transaction of the caller's that jobs can be enqueued through, with
-/// [`Client::enqueue_tx`](crate::Client::enqueue_tx) and
-/// [`Client::enqueue_many_tx`](crate::Client::enqueue_many_tx).
+/// A connection or transaction of the caller's that skiplock can run a statement through:
+/// [`Client::enqueue_tx`](crate::Client::enqueue_tx),
+/// [`Client::enqueue_many_tx`](crate::Client::enqueue_many_tx),
+/// [`Client::retry_tx`](crate::Client::retry_tx),
+/// [`Client::cancel_tx`](crate::Client::cancel_tx),
+/// [`Client::delete_tx`](crate::Client::delete_tx) and
+/// [`Client::migrate_tx`](crate::Client::migrate_tx).
 ///
-/// Through a transaction, the job exists (and its wake-up notification is sent) only if and
-/// when that transaction commits; a rollback leaves no trace of it.
+/// Through a transaction, the change (and its notification) takes effect only if and when
+/// that transaction commits; a rollback leaves no trace of it.
 ///
 /// Implemented for:
 /// - `&tokio_postgres::Client` and `&tokio_postgres::Transaction`,

@@ -1,4 +1,4 @@
-//! The queue's health (S11): per-queue counts, the jobs table's dead tuples and vacuum
+//! The queue's health: per-queue counts, the jobs table's dead tuples and vacuum
 //! times, and the sessions that keep vacuum from removing dead rows.
 
 use std::time::{Duration, SystemTime};

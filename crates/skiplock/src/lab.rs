@@ -468,11 +468,7 @@ async fn notice_connection(
     let cfg = via
         .config()
         .ok_or_else(|| Error::invalid("lab", "the client does not know its URL"))?;
-    let (client, mut conn) = via
-        .connector()
-        .connect(cfg)
-        .await
-        .map_err(Error::db(OP))?;
+    let (client, mut conn) = via.connector().connect(cfg).await.map_err(Error::db(OP))?;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {

@@ -54,14 +54,17 @@ mod job;
 pub mod lab;
 mod maintenance;
 mod migrate;
+mod outcome;
 mod schema;
 mod tls;
 mod worker;
 
 pub use admin::AdminReport;
+#[allow(deprecated)]
+pub use client::DEFAULT_LEASE;
 pub use client::{
     Client, ClientBuilder, ServerTimeouts, CONNECT_TIMEOUT, DEFAULT_APPLICATION_NAME,
-    DEFAULT_LEASE, DEFAULT_POOL_SIZE, DEFAULT_POOL_WAIT_TIMEOUT, KEEPALIVE_IDLE,
+    DEFAULT_POOL_SIZE, DEFAULT_POOL_WAIT_TIMEOUT, KEEPALIVE_IDLE,
 };
 pub use db::Statement;
 pub use error::{Error, Result};

@@ -1,4 +1,4 @@
-//! Pruning finished jobs (S10): deleted, or moved to `jobs_archive`, in batches of at most
+//! Pruning finished jobs: deleted, or moved to `jobs_archive`, in batches of at most
 //! 10,000, by one process at a time.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

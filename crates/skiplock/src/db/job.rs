@@ -13,6 +13,7 @@ use super::Sql;
 use crate::job::{
     ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob, Transition,
 };
+use crate::outcome::Outcome;
 
 /// For the hot-path statements: a pooled connection whose statement cache to use (named
 /// prepared statements, parsed and planned once per connection), or `None` for unnamed
@@ -210,11 +211,19 @@ pub(crate) struct Finish {
     /// The job's queue (not sent: the worker wakes that queue when the job is due again).
     pub queue: String,
     pub attempt: i32,
-    pub outcome: &'static str,
-    pub error: String,
-    pub delay_us: i64,
-    pub base_us: i64,
-    pub cap_us: i64,
+    pub outcome: Outcome,
+}
+
+impl Finish {
+    /// A successful attempt of a job claimed outside the worker (no queue to wake).
+    pub(crate) fn complete(id: JobId, attempt: i32) -> Finish {
+        Finish {
+            id,
+            queue: String::new(),
+            attempt,
+            outcome: Outcome::Complete,
+        }
+    }
 }
 
 /// Places each row's verdict at its input position (`n`, 1-based). An element the
@@ -252,11 +261,10 @@ pub(crate) async fn finish_many<C: GenericClient + Sync>(
     }
     let ids: Vec<i64> = batch.iter().map(|f| f.id.0).collect();
     let attempts: Vec<i32> = batch.iter().map(|f| f.attempt).collect();
-    let outcomes: Vec<&str> = batch.iter().map(|f| f.outcome).collect();
-    let errors: Vec<&str> = batch.iter().map(|f| f.error.as_str()).collect();
-    let delays: Vec<i64> = batch.iter().map(|f| f.delay_us).collect();
-    let bases: Vec<i64> = batch.iter().map(|f| f.base_us).collect();
-    let caps: Vec<i64> = batch.iter().map(|f| f.cap_us).collect();
+    let outcomes: Vec<&str> = batch.iter().map(|f| f.outcome.sql_name()).collect();
+    let errors: Vec<&str> = batch.iter().map(|f| f.outcome.error()).collect();
+    let delays: Vec<i64> = batch.iter().map(|f| f.outcome.delay_us()).collect();
+    let (bases, caps): (Vec<i64>, Vec<i64>) = batch.iter().map(|f| f.outcome.backoff_us()).unzip();
     let rows = rows(
         c,
         cache,
@@ -298,16 +306,7 @@ pub(crate) async fn complete<C: GenericClient + Sync>(
     id: JobId,
     attempt: i32,
 ) -> Result<Transition, Error> {
-    let f = Finish {
-        id,
-        attempt,
-        queue: String::new(),
-        outcome: "done",
-        error: String::new(),
-        delay_us: 0,
-        base_us: 0,
-        cap_us: 0,
-    };
+    let f = Finish::complete(id, attempt);
     let mut wait = std::time::Duration::from_millis(1);
     for _ in 0..20 {
         match finish_many(c, None, sql, std::slice::from_ref(&f))

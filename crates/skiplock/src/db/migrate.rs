@@ -1,38 +1,42 @@
 //! The migration runner's statements.
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Error, Transaction};
+use tokio_postgres::{Error, GenericClient};
 
 use super::Sql;
 
-pub(crate) async fn lock(tx: &Transaction<'_>, sql: &Sql, key: i64) -> Result<(), Error> {
+pub(crate) async fn lock<C: GenericClient + Sync>(
+    tx: &C,
+    sql: &Sql,
+    key: i64,
+) -> Result<(), Error> {
     tx.query_typed(&sql.schema_lock, &[(&key, Type::INT8)])
         .await
         .map(drop)
 }
 
-pub(crate) async fn unlimit(tx: &Transaction<'_>, sql: &Sql) -> Result<(), Error> {
+pub(crate) async fn unlimit<C: GenericClient + Sync>(tx: &C, sql: &Sql) -> Result<(), Error> {
     tx.batch_execute(&sql.schema_unlimit).await
 }
 
-pub(crate) async fn bootstrap(tx: &Transaction<'_>, sql: &Sql) -> Result<(), Error> {
-    tx.batch_execute(&sql.schema_bootstrap).await
-}
-
-pub(crate) async fn exists(tx: &Transaction<'_>, sql: &Sql, schema: &str) -> Result<bool, Error> {
+pub(crate) async fn exists<C: GenericClient + Sync>(
+    tx: &C,
+    sql: &Sql,
+    schema: &str,
+) -> Result<bool, Error> {
     tx.query_typed_one(&sql.schema_exists, &[(&schema, Type::TEXT)])
         .await?
         .try_get(0)
 }
 
-pub(crate) async fn version(tx: &Transaction<'_>, sql: &Sql) -> Result<i32, Error> {
+pub(crate) async fn version<C: GenericClient + Sync>(tx: &C, sql: &Sql) -> Result<i32, Error> {
     tx.query_typed_one(&sql.schema_version, &[])
         .await?
         .try_get(0)
 }
 
-pub(crate) async fn record(
-    tx: &Transaction<'_>,
+pub(crate) async fn record<C: GenericClient + Sync>(
+    tx: &C,
     sql: &Sql,
     version: i32,
     name: &str,

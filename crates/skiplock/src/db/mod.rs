@@ -14,50 +14,28 @@ pub(crate) mod sqlx;
 
 use crate::schema::Schema;
 
-/// A statement skiplock runs, for inspection ([`Client::statement`](crate::Client::statement))
-/// and for `EXPLAIN`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Statement {
-    /// `queries/job_insert.sql`: enqueue one job.
-    Insert,
-    /// `queries/job_insert_many.sql`: enqueue many jobs in one statement.
-    InsertMany,
-    /// `queries/job_claim.sql`: claim ready jobs with a lease (`FOR UPDATE SKIP LOCKED`).
-    Claim,
-    /// `queries/job_finish_many.sql`: write many outcomes (done, retry, discard, requeue),
-    /// each guarded by its claim's attempt; the worker's completer and
-    /// [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail)
-    /// (a batch of one). One result row per input: written, lost or busy.
-    FinishMany,
-    /// `queries/job_extend_many.sql`: renew many leases, guarded like
-    /// [`Statement::FinishMany`]; the worker's heartbeat and
-    /// [`Client::extend`](crate::Client::extend). One result row per input: renewed, lost
-    /// or busy.
-    ExtendMany,
-    /// `queries/job_reap.sql`: one reaper round: expired leases back to the queue (or
-    /// failed), queued jobs with no attempt left to failed; `$1` rows of each at most.
-    Reap,
-    /// `queries/job_cancel.sql`: cancel jobs by id (notifies `cancel:<id>` for running ones).
-    Cancel,
-    /// `queries/job_retry.sql`: make jobs ready again by id.
-    Retry,
-    /// `queries/job_delete.sql`: delete jobs that are not running, by id.
-    Delete,
-    /// `queries/job_prune.sql`: delete one batch of finished jobs.
-    Prune,
-    /// `queries/job_get.sql`: one job by id.
-    Get,
-    /// `queries/lab_claim_naive.sql`: the article's wrong claim (lab only).
-    LabClaimNaive,
-    /// `queries/lab_claim_for_update.sql`: `FOR UPDATE` without `SKIP LOCKED` (lab only).
-    LabClaimForUpdate,
-    /// `queries/lab_claim_skip_locked_done.sql`: the right claim, done at once (lab only).
-    LabClaimSkipLockedDone,
-}
-
 macro_rules! templates {
-    ($($field:ident => $file:literal),* $(,)?) => {
+    ($($variant:ident => $field:ident => $file:literal, $doc:literal,)*) => {
+        /// A statement skiplock runs: every file of `queries/`, for inspection
+        /// ([`Client::statement`](crate::Client::statement)) and for `EXPLAIN`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Statement {
+            $(#[doc = $doc] $variant,)*
+        }
+
+        impl Statement {
+            /// Every statement, in the order above.
+            pub const ALL: &'static [Statement] = &[$(Statement::$variant,)*];
+
+            /// The file of `queries/` the statement comes from.
+            pub fn file(self) -> &'static str {
+                match self {
+                    $(Statement::$variant => $file,)*
+                }
+            }
+        }
+
         /// Every statement, rendered for one schema.
         #[derive(Debug, Clone)]
         pub(crate) struct Sql {
@@ -81,70 +59,55 @@ macro_rules! templates {
                     $($field: render_with(include_str!(concat!("../../queries/", $file)), schema, fence),)*
                 }
             }
+
+            pub(crate) fn get(&self, s: Statement) -> &str {
+                match s {
+                    $(Statement::$variant => &self.$field,)*
+                }
+            }
         }
     };
 }
 
 templates! {
-    insert => "job_insert.sql",
-    insert_many => "job_insert_many.sql",
-    claim => "job_claim.sql",
-    reap => "job_reap.sql",
-    get => "job_get.sql",
-    finish_many => "job_finish_many.sql",
-    extend_many => "job_extend_many.sql",
-    next_run_at => "job_next_run_at.sql",
-    listen_probe => "listen_probe.sql",
-    reaper_try_lock => "reaper_try_lock.sql",
-    retry => "job_retry.sql",
-    cancel => "job_cancel.sql",
-    delete => "job_delete.sql",
-    states => "job_states.sql",
-    prune => "job_prune.sql",
-    archive => "job_archive.sql",
-    lock_acquire => "lock_acquire.sql",
-    lock_release => "lock_release.sql",
-    health_queues => "health_queues.sql",
-    health_table => "health_table.sql",
-    health_blockers => "health_blockers.sql",
-    lab_claim_naive => "lab_claim_naive.sql",
-    lab_claim_for_update => "lab_claim_for_update.sql",
-    lab_status => "lab_status.sql",
-    lab_claim_skip_locked_done => "lab_claim_skip_locked_done.sql",
-    lab_audit_install => "lab_audit_install.sql",
-    lab_audit_count => "lab_audit_count.sql",
-    bench_fill_history => "bench_fill_history.sql",
-    bench_counters => "bench_counters.sql",
-    bench_vacuum => "bench_vacuum.sql",
-    server_version => "server_version.sql",
-    schema_lock => "schema_lock.sql",
-    schema_unlimit => "schema_unlimit.sql",
-    schema_bootstrap => "schema_bootstrap.sql",
-    schema_exists => "schema_exists.sql",
-    schema_version => "schema_version.sql",
-    schema_record => "schema_record.sql",
-    schema_drop => "schema_drop.sql",
-}
-
-impl Sql {
-    pub(crate) fn get(&self, s: Statement) -> &str {
-        match s {
-            Statement::Insert => &self.insert,
-            Statement::InsertMany => &self.insert_many,
-            Statement::Claim => &self.claim,
-            Statement::FinishMany => &self.finish_many,
-            Statement::ExtendMany => &self.extend_many,
-            Statement::Reap => &self.reap,
-            Statement::Cancel => &self.cancel,
-            Statement::Retry => &self.retry,
-            Statement::Delete => &self.delete,
-            Statement::Prune => &self.prune,
-            Statement::Get => &self.get,
-            Statement::LabClaimNaive => &self.lab_claim_naive,
-            Statement::LabClaimForUpdate => &self.lab_claim_for_update,
-            Statement::LabClaimSkipLockedDone => &self.lab_claim_skip_locked_done,
-        }
-    }
+    Insert => insert => "job_insert.sql", "`queries/job_insert.sql`: enqueue one job.",
+    InsertMany => insert_many => "job_insert_many.sql", "`queries/job_insert_many.sql`: enqueue many jobs in one statement.",
+    Claim => claim => "job_claim.sql", "`queries/job_claim.sql`: claim ready jobs with a lease (`FOR UPDATE SKIP LOCKED`).",
+    Reap => reap => "job_reap.sql", "`queries/job_reap.sql`: one reaper round: expired leases back to the queue (or failed), queued jobs with no attempt left to failed; `$1` rows of each at most. The worker's reaper and [`Client::reap`](crate::Client::reap).",
+    Get => get => "job_get.sql", "`queries/job_get.sql`: one job by id.",
+    FinishMany => finish_many => "job_finish_many.sql", "`queries/job_finish_many.sql`: write many outcomes (complete, retry, discard, snooze, hand back), each guarded by its claim's attempt; the worker's completer and [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail) (a batch of one). One result row per input: written, lost or busy.",
+    ExtendMany => extend_many => "job_extend_many.sql", "`queries/job_extend_many.sql`: renew many leases, guarded like [`Statement::FinishMany`]; the worker's heartbeat and [`Client::extend`](crate::Client::extend). One result row per input: renewed, lost or busy.",
+    NextRunAt => next_run_at => "job_next_run_at.sql", "`queries/job_next_run_at.sql`: how long until a queue's next queued job is due, by the database's clock; a worker asks after a short claim.",
+    ListenProbe => listen_probe => "listen_probe.sql", "`queries/listen_probe.sql`: the LISTEN connection's self-test notification, sent from a pooled connection.",
+    ReaperTryLock => reaper_try_lock => "reaper_try_lock.sql", "`queries/reaper_try_lock.sql`: the reaper's transaction-scoped advisory lock: one reaper at a time across processes.",
+    Retry => retry => "job_retry.sql", "`queries/job_retry.sql`: make jobs ready again by id.",
+    Cancel => cancel => "job_cancel.sql", "`queries/job_cancel.sql`: cancel jobs by id (notifies `cancel:<id>` for running ones).",
+    Delete => delete => "job_delete.sql", "`queries/job_delete.sql`: delete jobs that are not running, by id.",
+    States => states => "job_states.sql", "`queries/job_states.sql`: the state of each of some jobs, to explain what an admin call left alone.",
+    Prune => prune => "job_prune.sql", "`queries/job_prune.sql`: delete one batch of finished jobs.",
+    Archive => archive => "job_archive.sql", "`queries/job_archive.sql`: move one batch of finished jobs to `jobs_archive`.",
+    LockAcquire => lock_acquire => "lock_acquire.sql", "`queries/lock_acquire.sql`: take or renew a maintenance lock (a row, so that it works through PgBouncer).",
+    LockRelease => lock_release => "lock_release.sql", "`queries/lock_release.sql`: release a maintenance lock.",
+    HealthQueues => health_queues => "health_queues.sql", "`queries/health_queues.sql`: per queue and state: counts and the oldest ready job's age.",
+    HealthTable => health_table => "health_table.sql", "`queries/health_table.sql`: the jobs table's live and dead tuples, last vacuums and size.",
+    HealthBlockers => health_blockers => "health_blockers.sql", "`queries/health_blockers.sql`: sessions that hold back vacuum's horizon.",
+    ServerVersion => server_version => "server_version.sql", "`queries/server_version.sql`: the server's version.",
+    SchemaLock => schema_lock => "schema_lock.sql", "`queries/schema_lock.sql`: the migration's advisory lock (transaction-scoped).",
+    SchemaUnlimit => schema_unlimit => "schema_unlimit.sql", "`queries/schema_unlimit.sql`: lift the statement and lock timeouts for the migration transaction.",
+    SchemaBootstrap => schema_bootstrap => "schema_bootstrap.sql", "`queries/schema_bootstrap.sql`: create the schema and its migrations table.",
+    SchemaExists => schema_exists => "schema_exists.sql", "`queries/schema_exists.sql`: whether the migrations table exists (from the catalog).",
+    SchemaVersion => schema_version => "schema_version.sql", "`queries/schema_version.sql`: the highest applied migration.",
+    SchemaRecord => schema_record => "schema_record.sql", "`queries/schema_record.sql`: record one applied migration.",
+    SchemaDrop => schema_drop => "schema_drop.sql", "`queries/schema_drop.sql`: drop the schema and everything in it (scratch schemas).",
+    LabClaimNaive => lab_claim_naive => "lab_claim_naive.sql", "`queries/lab_claim_naive.sql`: the article's wrong claim (lab only).",
+    LabClaimForUpdate => lab_claim_for_update => "lab_claim_for_update.sql", "`queries/lab_claim_for_update.sql`: `FOR UPDATE` without `SKIP LOCKED` (lab only).",
+    LabClaimSkipLockedDone => lab_claim_skip_locked_done => "lab_claim_skip_locked_done.sql", "`queries/lab_claim_skip_locked_done.sql`: the right claim, done at once (lab only).",
+    LabStatus => lab_status => "lab_status.sql", "`queries/lab_status.sql`: jobs per status of one queue (lab only).",
+    LabAuditInstall => lab_audit_install => "lab_audit_install.sql", "`queries/lab_audit_install.sql`: a trigger recording every transition into `done` (lab and demo only).",
+    LabAuditCount => lab_audit_count => "lab_audit_count.sql", "`queries/lab_audit_count.sql`: the transitions recorded by [`Statement::LabAuditInstall`] (lab and demo only).",
+    BenchFillHistory => bench_fill_history => "bench_fill_history.sql", "`queries/bench_fill_history.sql`: add finished jobs as kept history (benchmarks only).",
+    BenchCounters => bench_counters => "bench_counters.sql", "`queries/bench_counters.sql`: WAL position, transaction counts and dead tuples (benchmarks only).",
+    BenchVacuum => bench_vacuum => "bench_vacuum.sql", "`queries/bench_vacuum.sql`: vacuum and analyze the jobs table (benchmarks only).",
 }
 
 /// Whether the attempt part of the guards is rendered.
@@ -213,5 +176,19 @@ mod tests {
         }
         assert_eq!(fenced.claim, unfenced.claim);
         assert!(fenced.cancel.contains("pg_notify('s.jobs', "));
+    }
+
+    #[test]
+    fn every_query_file_is_a_statement() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/queries");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let mut known: Vec<String> = Statement::ALL.iter().map(|s| s.file().to_owned()).collect();
+        known.sort();
+        assert_eq!(files, known);
     }
 }

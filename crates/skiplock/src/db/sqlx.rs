@@ -4,7 +4,7 @@
 use sqlx::PgConnection;
 
 use super::Sql;
-use crate::job::{EncodedBatch, EncodedJob, JobId};
+use crate::job::{EncodedBatch, EncodedJob, JobId, JobState};
 
 pub(crate) async fn insert(
     c: &mut PgConnection,
@@ -43,4 +43,27 @@ pub(crate) async fn insert_many(
         .fetch_all(c)
         .await?;
     Ok(ids.into_iter().map(JobId).collect())
+}
+
+/// [`super::job::admin`] for sqlx.
+pub(crate) async fn admin(
+    c: &mut PgConnection,
+    statement: &str,
+    ids: &[i64],
+) -> Result<Vec<JobId>, sqlx::Error> {
+    let changed: Vec<i64> = sqlx::query_scalar(statement).bind(ids).fetch_all(c).await?;
+    Ok(changed.into_iter().map(JobId).collect())
+}
+
+/// [`super::job::states`] for sqlx.
+pub(crate) async fn states(
+    c: &mut PgConnection,
+    sql: &Sql,
+    ids: &[i64],
+) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+    let rows: Vec<(i64, String)> = sqlx::query_as(&sql.states).bind(ids).fetch_all(c).await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, s)| (JobId(id), JobState::parse(&s).unwrap_or(JobState::Failed)))
+        .collect())
 }

@@ -1,7 +1,8 @@
 //! Writes job outcomes in batches: everything that arrived since the last write goes to the
 //! database in one guarded statement (`job_finish_many.sql`), which answers for each row:
 //!
-//! * written: counted (done, retried, failed, requeued);
+//! * written: counted by its [`Outcome`] and the state it led to (done, retried, failed,
+//!   requeued);
 //! * lost: the job was no longer this worker's; logged, never counted as done;
 //! * busy: another session held the row locked (the reaper, an operator, this worker's own
 //!   heartbeat). Nothing was written; the row is tried again shortly, alone or with the next
@@ -31,6 +32,7 @@ use crate::db::{
 };
 use crate::error::Error;
 use crate::job::{JobId, JobState};
+use crate::outcome::Outcome;
 
 /// How many times a batch is tried after connection or server errors before giving up.
 const MAX_FAILURES: u32 = 20;
@@ -214,7 +216,9 @@ async fn write_one_after(shared: &Shared, mut rows: Vec<Finish>, e: Error, busy:
         matches!(&e, Error::Database { source, .. } if crate::client::is_encoding_error(source));
     if encoding {
         for f in &mut rows {
-            f.error = db::job::ascii_escaped(&f.error);
+            if let Some(error) = f.outcome.error_mut() {
+                *error = db::job::ascii_escaped(error);
+            }
         }
         match write_retrying(shared, &rows).await {
             Ok((verdicts, failures)) => {
@@ -305,10 +309,10 @@ fn account(
                     let wait = Duration::from_micros(w.retry_in_us.max(0).unsigned_abs());
                     shared.wake_queue_at(&f.queue, Instant::now() + wait);
                 }
-                match (f.outcome, w.state) {
-                    ("done", _) => Counters::add(&c.done, 1),
+                match (&f.outcome, w.state) {
+                    (Outcome::Complete, _) => Counters::add(&c.done, 1),
                     (_, JobState::Failed) => Counters::add(&c.failed, 1),
-                    ("requeue", _) => Counters::add(&c.requeued, 1),
+                    (o, _) if o.is_requeue() => Counters::add(&c.requeued, 1),
                     _ => Counters::add(&c.retried, 1),
                 }
             }
@@ -317,7 +321,7 @@ fn account(
                 if failures > 0 {
                     tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not applied; it may have been written before the connection failed");
                 } else {
-                    tracing::warn!(id = %f.id, attempt = f.attempt, outcome = f.outcome, "outcome refused: the job is no longer this worker's");
+                    tracing::warn!(id = %f.id, attempt = f.attempt, outcome = f.outcome.sql_name(), "outcome refused: the job is no longer this worker's");
                 }
             }
         }

@@ -4,7 +4,6 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::sync::OwnedSemaphorePermit;
@@ -14,8 +13,8 @@ use tracing::Instrument as _;
 use super::{AttemptKey, Counters, RunningJob, Shared};
 use crate::db::job::Finish;
 use crate::handler::{JobContext, JobError};
-use crate::input;
 use crate::job::{Backoff, ClaimedJob};
+use crate::outcome::Outcome;
 
 /// This worker's record of one running attempt, in [`Shared::running`] from before its task
 /// starts until it ends, however it ends: the guard removes the entry when dropped (also on a
@@ -110,10 +109,13 @@ pub(crate) async fn run(
             if kinds.is_empty() {
                 kinds.push_str("none");
             }
-            return Outcome::Retry(format!(
-                "unknown job kind {:?}: this worker has no handler for it (it handles: {kinds})",
-                job.kind
-            ));
+            return Outcome::retry(
+                &format!(
+                    "unknown job kind {:?}: this worker has no handler for it (it handles: {kinds})",
+                    job.kind
+                ),
+                backoff,
+            );
         };
         let ctx = JobContext {
             id: job.id,
@@ -137,7 +139,9 @@ pub(crate) async fn run(
         }));
         let future = match call {
             Ok(f) => f,
-            Err(panic) => return Outcome::Retry(format!("panicked: {}", panic_message(&*panic))),
+            Err(panic) => {
+                return Outcome::retry(&format!("panicked: {}", panic_message(&*panic)), backoff)
+            }
         };
         let attempt = AssertUnwindSafe(future).catch_unwind();
         let attempt = async {
@@ -148,14 +152,16 @@ pub(crate) async fn run(
         };
         tokio::select! {
             biased;
-            () = shared.hard_stop.cancelled() => Outcome::Requeue(Duration::ZERO, "shutdown"),
+            () = shared.hard_stop.cancelled() => Outcome::HandBack,
             result = attempt => match result {
-                None => Outcome::Retry("timeout".to_owned()),
-                Some(Err(panic)) => Outcome::Retry(format!("panicked: {}", panic_message(&*panic))),
-                Some(Ok(Ok(()))) => Outcome::Done,
-                Some(Ok(Err(JobError::Retry(e)))) => Outcome::Retry(chain(&*e)),
-                Some(Ok(Err(JobError::Permanent(e)))) => Outcome::Discard(chain(&*e)),
-                Some(Ok(Err(JobError::Snooze(d)))) => Outcome::Requeue(d, "snoozed"),
+                None => Outcome::retry("timeout", backoff),
+                Some(Err(panic)) => {
+                    Outcome::retry(&format!("panicked: {}", panic_message(&*panic)), backoff)
+                }
+                Some(Ok(Ok(()))) => Outcome::Complete,
+                Some(Ok(Err(JobError::Retry(e)))) => Outcome::retry(&chain(&*e), backoff),
+                Some(Ok(Err(JobError::Permanent(e)))) => Outcome::discard(&chain(&*e)),
+                Some(Ok(Err(JobError::Snooze(d)))) => Outcome::snooze(d),
             },
         }
     }
@@ -171,49 +177,27 @@ pub(crate) async fn run(
         return;
     }
     match &outcome {
-        Outcome::Done => tracing::debug!("done"),
-        Outcome::Retry(e) => tracing::info!(error = %e, "attempt failed"),
-        Outcome::Discard(e) => tracing::warn!(error = %e, "failed permanently"),
-        Outcome::Requeue(d, why) => tracing::info!(after = ?d, "{why}: back to the queue"),
+        Outcome::Complete => tracing::debug!("completed"),
+        Outcome::Retry { error, .. } => tracing::info!(error = %error, "attempt failed"),
+        Outcome::Discard { error } => tracing::warn!(error = %error, "failed permanently"),
+        Outcome::Snooze { delay } => tracing::info!(after = ?delay, "snoozed: back to the queue"),
+        Outcome::HandBack => tracing::info!("shutdown: back to the queue"),
     }
-    send(&shared, &job, outcome, backoff);
+    send(&shared, &job, outcome);
 }
 
 /// Hands a claimed job that never started back to the queue at once.
 pub(crate) fn hand_back(shared: &Shared, job: &ClaimedJob) {
     tracing::info!(id = %job.id, "claimed during shutdown: handed back");
-    send(
-        shared,
-        job,
-        Outcome::Requeue(Duration::ZERO, "handed back"),
-        Backoff::default(),
-    );
+    send(shared, job, Outcome::HandBack);
 }
 
-enum Outcome {
-    Done,
-    Retry(String),
-    Discard(String),
-    Requeue(Duration, &'static str),
-}
-
-fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome, backoff: Backoff) {
-    let (name, error, delay) = match outcome {
-        Outcome::Done => ("done", String::new(), Duration::ZERO),
-        Outcome::Retry(e) => ("retry", input::error_message(&e), Duration::ZERO),
-        Outcome::Discard(e) => ("discard", input::error_message(&e), Duration::ZERO),
-        Outcome::Requeue(d, _) => ("requeue", String::new(), d.min(input::MAX_DELAY)),
-    };
-    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome) {
     let finish = Finish {
         id: job.id,
         queue: job.queue.clone(),
         attempt: job.attempt,
-        outcome: name,
-        error,
-        delay_us: us(delay),
-        base_us: us(backoff.base()),
-        cap_us: us(backoff.cap()),
+        outcome,
     };
     if shared.finish_tx.send(finish).is_err() {
         // Only after the completer has stopped (an abrupt stop): the lease expires and the

@@ -1,4 +1,4 @@
-//! The claim (S2): exactly-once hand-out under concurrency, the naive claim's double runs
+//! The claim: exactly-once hand-out under concurrency, the naive claim's double runs
 //! seen by the same harness, FOR UPDATE's waiting, SKIP LOCKED's not waiting, and the plan.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! Enqueue: single and batch, inside the caller's transaction (S9), and the statement-level
-//! wake-up notification (S8).
+//! Enqueue: single and batch, inside the caller's transaction, and the statement-level
+//! wake-up notification.
 
 use skiplock::{JobState, NewJob};
 

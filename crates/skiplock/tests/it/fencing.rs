@@ -95,7 +95,7 @@ async fn the_worker_statements_refuse_stale_cancelled_and_reaped_jobs() {
     assert_eq!((again.id, again.attempt), (stale, 2));
     b.client.cancel(&[cancelled]).await.unwrap();
 
-    for outcome in ["done", "retry", "discard", "requeue"] {
+    for outcome in ["complete", "retry", "discard", "snooze", "hand_back"] {
         let got = extend_raw(&b, &b.raw, &[(stale, 1), (cancelled, 1), (reaped, 1)]).await;
         assert_eq!(got, ["lost", "lost", "lost"], "{outcome}: heartbeat");
         let got = finish_raw(
@@ -117,7 +117,11 @@ async fn the_worker_statements_refuse_stale_cancelled_and_reaped_jobs() {
     let got = finish_raw(
         &b,
         &b.raw,
-        &[(reaped, 1, "done"), (live, 1, "done"), (stale, 1, "done")],
+        &[
+            (reaped, 1, "complete"),
+            (live, 1, "complete"),
+            (stale, 1, "complete"),
+        ],
     )
     .await;
     assert_eq!(got, ["lost", "written", "lost"]);
@@ -149,7 +153,7 @@ async fn outcomes_need_a_running_job() {
             )
             .await
             .unwrap();
-        for outcome in ["done", "retry", "discard", "requeue"] {
+        for outcome in ["complete", "retry", "discard", "snooze", "hand_back"] {
             let got = finish_raw(&b, &b.raw, &[(id, 1, outcome)]).await;
             assert_eq!(got, ["lost"], "{status} {outcome}");
         }
@@ -301,7 +305,7 @@ async fn the_reaper_and_a_concurrent_completion_never_both_win() {
             &[
                 &vec![ids[1].0],
                 &vec![1i32],
-                &vec!["done"],
+                &vec!["complete"],
                 &vec![""],
                 &vec![0i64],
                 &vec![0i64],
@@ -343,13 +347,13 @@ async fn the_reaper_and_a_concurrent_completion_never_both_win() {
         .unwrap();
     assert_eq!(r.len(), 1);
     assert_eq!(
-        finish_raw(&b, &b.raw, &[(id, j.attempt, "done")]).await,
+        finish_raw(&b, &b.raw, &[(id, j.attempt, "complete")]).await,
         ["busy"]
     );
     assert_eq!(extend_raw(&b, &b.raw, &[(id, j.attempt)]).await, ["busy"]);
     tx.commit().await.unwrap();
     assert_eq!(
-        finish_raw(&b, &b.raw, &[(id, j.attempt, "done")]).await,
+        finish_raw(&b, &b.raw, &[(id, j.attempt, "complete")]).await,
         ["lost"]
     );
     assert_eq!(state(&b, id).await, (JobState::Queued, j.attempt));
@@ -421,7 +425,7 @@ async fn one_locked_row_is_busy_and_the_rest_of_the_batch_is_written() {
         extend_raw(&b, &b.raw, &all).await,
         ["renewed", "busy", "renewed", "renewed"]
     );
-    let rows: Vec<(JobId, i32, &str)> = ids.iter().map(|id| (*id, 1, "done")).collect();
+    let rows: Vec<(JobId, i32, &str)> = ids.iter().map(|id| (*id, 1, "complete")).collect();
     assert_eq!(
         finish_raw(&b, &b.raw, &rows).await,
         ["written", "busy", "written", "written"]
@@ -429,7 +433,7 @@ async fn one_locked_row_is_busy_and_the_rest_of_the_batch_is_written() {
     assert_eq!(b.count("status = 'done'").await, 3);
     tx.rollback().await.unwrap();
     assert_eq!(
-        finish_raw(&b, &b.raw, &[(ids[1], 1, "done")]).await,
+        finish_raw(&b, &b.raw, &[(ids[1], 1, "complete")]).await,
         ["written"]
     );
     assert_eq!(b.count("status = 'done'").await, 4);

@@ -1,4 +1,4 @@
-//! Complete (S4), fail with backoff (S5), reap (S6) and extend (S7), each guarded by the
+//! Complete, fail with backoff, reap and extend, each guarded by the
 //! attempt count.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Migrations (S1): idempotent, versioned, safe from two connections at once.
+//! Migrations: idempotent, versioned, safe from two connections at once.
 
 use skiplock::{latest_version, migrate, Client, Schema};
 use skiplock_testdb::TestDb;
@@ -143,4 +143,95 @@ async fn a_newer_schema_is_refused() {
         matches!(err, skiplock::Error::SchemaTooNew { found: 9999, .. }),
         "{err}"
     );
+}
+
+fn client_for(db: &TestDb) -> Client {
+    Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap()
+}
+
+async fn schema_exists(db: &TestDb) -> bool {
+    let conn = db.connect().await.unwrap();
+    conn.query_one(
+        "SELECT to_regclass(format('%I.jobs', $1::text)) IS NOT NULL",
+        &[&db.schema()],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// `migrate_tx` inside a caller's tokio-postgres transaction: a rollback leaves no schema,
+/// a commit keeps it; through a plain connection it commits on its own.
+#[tokio::test]
+async fn migrate_tx_follows_the_callers_transaction() {
+    let db = TestDb::new().await;
+    let client = client_for(&db);
+    let mut conn = db.connect().await.unwrap();
+
+    let tx = conn.transaction().await.unwrap();
+    let report = client.migrate_tx(&tx).await.unwrap();
+    assert_eq!(report.applied.len(), skiplock::MIGRATIONS.len());
+    tx.rollback().await.unwrap();
+    assert!(
+        !schema_exists(&db).await,
+        "rolled back with the transaction"
+    );
+
+    let tx = conn.transaction().await.unwrap();
+    client.migrate_tx(&tx).await.unwrap();
+    assert!(!schema_exists(&db).await, "not visible before the commit");
+    tx.commit().await.unwrap();
+    assert!(schema_exists(&db).await);
+
+    let again = client.migrate_tx(&conn).await.unwrap();
+    assert!(again.applied.is_empty());
+    assert_eq!(again.to, latest_version());
+}
+
+/// `migrate_tx` on a plain connection opens and commits its own transaction.
+#[tokio::test]
+async fn migrate_tx_on_a_plain_connection_commits() {
+    let db = TestDb::new().await;
+    let client = client_for(&db);
+    let conn = db.connect().await.unwrap();
+    let report = client.migrate_tx(&conn).await.unwrap();
+    assert_eq!(report.to, latest_version());
+    assert!(schema_exists(&db).await);
+    // The connection is left outside any transaction: what it writes next is seen at once.
+    conn.batch_execute(&format!(
+        "CREATE TABLE \"{}\".after_migrate ()",
+        db.schema()
+    ))
+    .await
+    .unwrap();
+    let other = db.connect().await.unwrap();
+    let seen: bool = other
+        .query_one(
+            "SELECT to_regclass(format('%I.after_migrate', $1::text)) IS NOT NULL",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(seen);
+}
+
+/// `migrate_tx` inside an sqlx transaction follows it too.
+#[cfg(feature = "sqlx-0_8")]
+#[tokio::test]
+async fn migrate_tx_follows_an_sqlx_transaction() {
+    let db = TestDb::new().await;
+    let client = client_for(&db);
+    let pool = sqlx::PgPool::connect(db.url()).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    client.migrate_tx(&mut *tx).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(!schema_exists(&db).await);
+    let mut tx = pool.begin().await.unwrap();
+    client.migrate_tx(&mut tx).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(schema_exists(&db).await);
 }

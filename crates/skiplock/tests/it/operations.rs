@@ -1,5 +1,5 @@
-//! Operator calls: retry, cancel, delete (B5); prune and archive (S10); health (S11); the
-//! lab's wait and vacuum experiments (S14).
+//! Operator calls: retry, cancel, delete; prune and archive; health; the
+//! lab's wait and vacuum experiments.
 
 use std::time::Duration;
 
@@ -77,6 +77,91 @@ async fn retry_cancel_and_delete() {
     assert_eq!(d.unchanged, vec![(still_running, Some(JobState::Running))]);
     assert!(b.client.get(running.id).await.unwrap().is_none());
     assert!(b.client.retry(&[]).await.unwrap().changed.is_empty());
+}
+
+/// `retry_tx`, `cancel_tx` and `delete_tx` act inside the caller's tokio-postgres
+/// transaction: nothing before its commit, nothing after a rollback; the report's states
+/// are read in that transaction.
+#[tokio::test]
+async fn admin_actions_follow_the_callers_transaction() {
+    let b = setup().await;
+    let ids = b
+        .client
+        .enqueue_many(&(0..3).map(|i| NewJob::new("k", &i)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let mut conn = b.db.connect().await.unwrap();
+    let client = &b.client;
+    let state = |id| async move { client.get(id).await.unwrap().map(|r| r.state) };
+
+    // Rolled back: nothing happened.
+    let tx = conn.transaction().await.unwrap();
+    let c = b.client.cancel_tx(&tx, &[ids[0]]).await.unwrap();
+    assert_eq!(c.changed, vec![ids[0]]);
+    let d = b.client.delete_tx(&tx, &[ids[1]]).await.unwrap();
+    assert_eq!(d.changed, vec![ids[1]]);
+    // The transaction sees its own cancel: retrying it there works.
+    let r = b.client.retry_tx(&tx, &[ids[0], ids[1]]).await.unwrap();
+    assert_eq!(
+        (r.changed, r.unchanged),
+        (vec![ids[0]], vec![(ids[1], None)])
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(state(ids[0]).await, Some(JobState::Queued));
+    assert_eq!(state(ids[1]).await, Some(JobState::Queued));
+    assert_eq!(b.count("true").await, 3);
+
+    // Committed: applied, and only at the commit.
+    let tx = conn.transaction().await.unwrap();
+    b.client.cancel_tx(&tx, &[ids[0]]).await.unwrap();
+    b.client.delete_tx(&tx, &[ids[1]]).await.unwrap();
+    assert_eq!(state(ids[0]).await, Some(JobState::Queued));
+    assert_eq!(state(ids[1]).await, Some(JobState::Queued));
+    tx.commit().await.unwrap();
+    assert_eq!(state(ids[0]).await, Some(JobState::Failed));
+    assert_eq!(state(ids[1]).await, None);
+
+    // A plain connection (and a pool object) autocommits.
+    let r = b.client.retry_tx(&conn, &[ids[0]]).await.unwrap();
+    assert_eq!(r.changed, vec![ids[0]]);
+    assert_eq!(state(ids[0]).await, Some(JobState::Queued));
+}
+
+/// The same through an sqlx transaction.
+#[cfg(feature = "sqlx-0_8")]
+#[tokio::test]
+async fn admin_actions_follow_an_sqlx_transaction() {
+    let b = setup().await;
+    let ids = b
+        .client
+        .enqueue_many(&(0..2).map(|i| NewJob::new("k", &i)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(b.db.url()).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    b.client.cancel_tx(&mut *tx, &[ids[0]]).await.unwrap();
+    let d = b
+        .client
+        .delete_tx(&mut tx, &[ids[1], JobId(999_999)])
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.changed, d.unchanged),
+        (vec![ids[1]], vec![(JobId(999_999), None)])
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(b.count("status = 'queued'").await, 2);
+
+    let mut tx = pool.begin().await.unwrap();
+    b.client.cancel_tx(&mut *tx, &[ids[0]]).await.unwrap();
+    let r = b.client.retry_tx(&mut *tx, &[ids[0]]).await.unwrap();
+    assert_eq!(r.changed, vec![ids[0]]);
+    b.client.cancel_tx(&mut *tx, &[ids[0]]).await.unwrap();
+    b.client.delete_tx(&mut *tx, &[ids[1]]).await.unwrap();
+    tx.commit().await.unwrap();
+    let row = b.client.get(ids[0]).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Failed);
+    assert!(b.client.get(ids[1]).await.unwrap().is_none());
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Everything but LISTEN through a real PgBouncer in transaction pooling mode (B14): no
+//! Everything but LISTEN through a real PgBouncer in transaction pooling mode: no
 //! session state and no named prepared statements on pooled connections.
 
 use std::collections::HashMap;

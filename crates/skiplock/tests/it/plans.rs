@@ -107,7 +107,7 @@ async fn outcome_batches_stay_linear_with_stale_statistics() {
     for batch in [1_000, N] {
         let ids = ids[..batch].to_vec();
         let attempts = attempts[..batch].to_vec();
-        let outcomes = vec!["done"; batch];
+        let outcomes = vec!["complete"; batch];
         let errors = vec![""; batch];
         let zeros = vec![0i64; batch];
         assert_linear(

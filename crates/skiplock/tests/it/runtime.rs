@@ -669,7 +669,7 @@ async fn with_the_poll_off_jobs_made_ready_elsewhere_wake_the_worker() {
             &[
                 &vec![handed.0],
                 &vec![attempt(handed)],
-                &vec!["requeue"],
+                &vec!["hand_back"],
                 &vec![""],
                 &vec![0i64],
                 &vec![0i64],
