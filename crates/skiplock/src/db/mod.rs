@@ -101,6 +101,8 @@ templates! {
     delete => "job_delete.sql",
     states => "job_states.sql",
     prune => "job_prune.sql",
+    dead_tuples => "job_dead_tuples.sql",
+    vacuum => "job_vacuum.sql",
     archive => "job_archive.sql",
     lock_acquire => "lock_acquire.sql",
     lock_release => "lock_release.sql",
