@@ -779,7 +779,9 @@ pub async fn processes(
                 .map_err(|e| {
                     Error::invalid("bench", format!("cannot start {}: {e}", program.display()))
                 })?;
-            children.push(tokio::task::spawn_blocking(move || child.wait_with_output()));
+            children.push(tokio::task::spawn_blocking(move || {
+                child.wait_with_output()
+            }));
         }
         let probe = async {
             let conn = s.client.conn(OP).await?;
