@@ -7,7 +7,9 @@
 //! - [`enqueue`]: single-row transactions and the batch path;
 //! - [`history`]: claim latency with many finished rows kept in the table;
 //! - [`footprint`]: dead tuples, size, WAL and transactions per job at a steady load, with
-//!   and without a bystander transaction holding back vacuum.
+//!   and without a bystander transaction holding back vacuum;
+//! - [`processes`]: several `skiplock work` processes on one queue: total throughput and the
+//!   claim latency beside them.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -545,6 +547,12 @@ pub async fn history(
     Ok(out)
 }
 
+/// The dead-tuple bounds the footprint scenario checks: the steady median, and the most at
+/// any time (and what must hold again within a minute after a held snapshot ends).
+pub const FOOTPRINT_MEDIAN_BOUND: i64 = 2_000;
+/// See [`FOOTPRINT_MEDIAN_BOUND`].
+pub const FOOTPRINT_MAX_BOUND: i64 = 6_000;
+
 /// One footprint phase.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -553,6 +561,8 @@ pub struct FootprintPoint {
     pub phase: String,
     /// Offered jobs per second.
     pub rate: f64,
+    /// How long the phase ran.
+    pub seconds: f64,
     /// Jobs started in the phase.
     pub jobs: usize,
     /// Jobs started per second in the phase.
@@ -561,6 +571,11 @@ pub struct FootprintPoint {
     pub dead_median: i64,
     /// Maximum.
     pub dead_max: i64,
+    /// Seconds from the phase's start (for `after`: the bystander's end) to the first sample
+    /// at or under [`FOOTPRINT_MAX_BOUND`], if one came.
+    pub under_max_bound_s: Option<f64>,
+    /// The same for [`FOOTPRINT_MEDIAN_BOUND`].
+    pub under_median_bound_s: Option<f64>,
     /// Table size with indexes at the end of the phase, bytes.
     pub table_bytes: i64,
     /// WAL bytes per job in the phase.
@@ -573,15 +588,15 @@ pub struct FootprintPoint {
     pub p99_ms: f64,
 }
 
-/// A worker with default settings at a steady `rate` for `duration`. With `bystander`, a
-/// `REPEATABLE READ` transaction stays open through the middle third, and each third is
-/// reported on its own.
+/// A worker with default settings (its vacuum service included) at a steady `rate`, through
+/// `phases` (name, length) one after the other, each reported on its own. Through a phase
+/// named `during`, a bystander `REPEATABLE READ` transaction stays open (it read once), holding
+/// back vacuum; it ends as the next phase starts.
 pub async fn footprint(
     url: &str,
     base: &str,
     rate: f64,
-    duration: Duration,
-    bystander: bool,
+    phases: &[(&str, Duration)],
 ) -> Result<Vec<FootprintPoint>> {
     const OP: &str = "run the footprint benchmark";
     let s = Scratch::new(url, base, "foot", 16).await?;
@@ -594,15 +609,6 @@ pub async fn footprint(
     let handle = tokio::spawn(worker.run(async {
         let _ = stopped.await;
     }));
-    let phases: Vec<(&str, Duration)> = if bystander {
-        vec![
-            ("before", duration / 3),
-            ("during", duration / 3),
-            ("after", duration / 3),
-        ]
-    } else {
-        vec![("steady", duration)]
-    };
     let counters_conn = s.client.conn(OP).await?;
     let schema = s.client.schema().name().to_owned();
     let counters = |c: &tokio_postgres::Row| -> Result<(i64, i64, i64, i64)> {
@@ -621,7 +627,11 @@ pub async fn footprint(
     };
     let mut out = Vec::new();
     let mut held: Option<Bystander> = None;
-    for (phase, len) in phases {
+    for &(phase, len) in phases {
+        if let Some((release, h)) = held.take() {
+            let _ = release.send(());
+            let _ = h.await;
+        }
         if phase == "during" {
             // The bystander: a REPEATABLE READ transaction that reads once and stays open.
             let (release, released) = tokio::sync::oneshot::channel::<()>();
@@ -649,12 +659,6 @@ pub async fn footprint(
             let _ = opened.await;
             held = Some((release, h));
         }
-        if phase == "after" {
-            if let Some((release, h)) = held.take() {
-                let _ = release.send(());
-                let _ = h.await;
-            }
-        }
         let (wal0, tx0, _, _) = counters(&read().await?)?;
         let started = Instant::now();
         let from = samples.lock().unwrap_or_else(|p| p.into_inner()).len();
@@ -665,13 +669,13 @@ pub async fn footprint(
                 tick.tick().await;
                 if let Ok(row) = read().await {
                     if let Ok((_, _, d, _)) = counters(&row) {
-                        dead.push(d);
+                        dead.push((started.elapsed().as_secs_f64(), d));
                     }
                 }
             }
             dead
         };
-        let (sent, mut dead) = tokio::join!(offer(&s.client, rate, len), sampler);
+        let (sent, timeline) = tokio::join!(offer(&s.client, rate, len), sampler);
         let _ = sent?;
         let (wal1, tx1, _, bytes) = counters(&read().await?)?;
         let mut lat: Vec<f64> = samples.lock().unwrap_or_else(|p| p.into_inner())[from..]
@@ -679,15 +683,21 @@ pub async fn footprint(
             .map(|s| s.1)
             .collect();
         lat.sort_by(f64::total_cmp);
+        let under = |bound: i64| timeline.iter().find(|(_, d)| *d <= bound).map(|(t, _)| *t);
+        let mut dead: Vec<i64> = timeline.iter().map(|(_, d)| *d).collect();
         dead.sort_unstable();
         let jobs = lat.len();
+        let seconds = started.elapsed().as_secs_f64();
         out.push(FootprintPoint {
             phase: phase.to_owned(),
             rate,
+            seconds,
             jobs,
-            jobs_per_s: jobs as f64 / started.elapsed().as_secs_f64().max(1e-9),
+            jobs_per_s: jobs as f64 / seconds.max(1e-9),
             dead_median: dead.get(dead.len() / 2).copied().unwrap_or(0),
             dead_max: dead.last().copied().unwrap_or(0),
+            under_max_bound_s: under(FOOTPRINT_MAX_BOUND),
+            under_median_bound_s: under(FOOTPRINT_MEDIAN_BOUND),
             table_bytes: bytes,
             wal_bytes_per_job: (wal1 - wal0) as f64 / jobs.max(1) as f64,
             transactions_per_job: (tx1 - tx0) as f64 / jobs.max(1) as f64,
@@ -695,10 +705,130 @@ pub async fn footprint(
             p99_ms: pct(&lat, 0.99),
         });
     }
+    if let Some((release, h)) = held.take() {
+        let _ = release.send(());
+        let _ = h.await;
+    }
     drop(counters_conn);
     let _ = stop.send(());
     let _ = handle.await;
     s.drop_now().await?;
+    Ok(out)
+}
+
+/// One point of the many-processes scenario.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ProcessesPoint {
+    /// Worker processes.
+    pub processes: usize,
+    /// Queue concurrency of each.
+    pub concurrency: usize,
+    /// Jobs in the queue at the start, all done at the end.
+    pub jobs: usize,
+    /// Jobs done by the processes (the probe's claims aside).
+    pub done: u64,
+    /// All jobs over the time from spawning the processes to the last one's exit.
+    pub jobs_per_s: f64,
+    /// Claims the probe timed.
+    pub claims: usize,
+    /// Claim latency beside the workers (one job per claim, every 10 ms), milliseconds.
+    pub claim_p50_ms: f64,
+    /// 99th percentile.
+    pub claim_p99_ms: f64,
+}
+
+/// For each count in `counts`: a queue of `jobs` no-op jobs, drained by that many worker
+/// processes (`program work --queue bench=CONCURRENCY --drain --json`, the URL in
+/// `DATABASE_URL`), each with queue concurrency `concurrency` and default settings. Beside
+/// them, a probe on its own connection claims one job every 10 ms, timing the claim
+/// statement, and completes it: claim latency under that much contention.
+pub async fn processes(
+    url: &str,
+    base: &str,
+    program: &std::path::Path,
+    counts: &[usize],
+    jobs: usize,
+    concurrency: usize,
+) -> Result<Vec<ProcessesPoint>> {
+    const OP: &str = "run the processes benchmark";
+    let mut out = Vec::new();
+    for &n in counts {
+        let s = Scratch::new(url, base, "procs", 2).await?;
+        s.fill(jobs).await?;
+        let started = Instant::now();
+        let mut children = Vec::new();
+        for _ in 0..n {
+            let child = std::process::Command::new(program)
+                .env("DATABASE_URL", url)
+                .args(["--schema", s.client.schema().name(), "work", "--queue"])
+                .arg(format!("{QUEUE}={concurrency}"))
+                .args(["--drain", "--json"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| {
+                    Error::invalid("bench", format!("cannot start {}: {e}", program.display()))
+                })?;
+            children.push(tokio::task::spawn_blocking(move || {
+                child.wait_with_output()
+            }));
+        }
+        let probe = async {
+            let conn = s.client.conn(OP).await?;
+            let sql = s.client.sql();
+            let mut lat = Vec::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                tick.tick().await;
+                let t = Instant::now();
+                let claimed = db::job::claim(&**conn, None, sql, QUEUE, 1, LEASE_US)
+                    .await
+                    .map_err(Error::db(OP))?;
+                let ms = t.elapsed().as_secs_f64() * 1000.0;
+                let Some(j) = claimed.first() else {
+                    return Ok::<_, Error>(lat);
+                };
+                lat.push(ms);
+                let _ = db::job::complete(&**conn, sql, j.id, j.attempt)
+                    .await
+                    .map_err(Error::db(OP))?;
+            }
+        };
+        let (lat, outputs) = tokio::join!(probe, futures_util::future::join_all(children));
+        let mut lat = lat?;
+        let mut done = 0u64;
+        for o in outputs {
+            let o = o
+                .map_err(|e| Error::invalid("bench", format!("a worker process: {e}")))?
+                .map_err(|e| Error::invalid("bench", format!("a worker process: {e}")))?;
+            if !o.status.success() {
+                return Err(Error::invalid(
+                    "bench",
+                    format!("a worker process ended with {}", o.status),
+                ));
+            }
+            done += String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter_map(|v| v.get("done").and_then(serde_json::Value::as_u64))
+                .sum::<u64>();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        s.drop_now().await?;
+        lat.sort_by(f64::total_cmp);
+        out.push(ProcessesPoint {
+            processes: n,
+            concurrency,
+            jobs,
+            done,
+            jobs_per_s: jobs as f64 / secs.max(1e-9),
+            claims: lat.len(),
+            claim_p50_ms: pct(&lat, 0.5),
+            claim_p99_ms: pct(&lat, 0.99),
+        });
+    }
     Ok(out)
 }
 

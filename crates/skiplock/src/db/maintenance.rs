@@ -59,3 +59,18 @@ pub(crate) async fn lock_release<C: GenericClient + Sync>(
     .await
     .map(drop)
 }
+
+/// The jobs table's dead row versions and manual vacuum count, and whether this role may
+/// vacuum it.
+pub(crate) async fn dead_tuples<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+) -> Result<(i64, i64, bool), Error> {
+    let row = c.query_typed_one(&sql.dead_tuples, &[]).await?;
+    Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+}
+
+/// VACUUM the jobs table; not in a transaction block (a simple query of one statement).
+pub(crate) async fn vacuum<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<(), Error> {
+    c.batch_execute(&sql.vacuum).await
+}

@@ -86,6 +86,8 @@ templates! {
     States => states => "job_states.sql", "`queries/job_states.sql`: the state of each of some jobs, to explain what an admin call left alone.",
     Prune => prune => "job_prune.sql", "`queries/job_prune.sql`: delete one batch of finished jobs.",
     Archive => archive => "job_archive.sql", "`queries/job_archive.sql`: move one batch of finished jobs to `jobs_archive`.",
+    DeadTuples => dead_tuples => "job_dead_tuples.sql", "`queries/job_dead_tuples.sql`: the jobs table's dead tuples from the statistics system, and whether this role may vacuum it (the worker's vacuum service).",
+    Vacuum => vacuum => "job_vacuum.sql", "`queries/job_vacuum.sql`: `VACUUM (SKIP_LOCKED)` of the jobs table (the worker's vacuum service).",
     LockAcquire => lock_acquire => "lock_acquire.sql", "`queries/lock_acquire.sql`: take or renew a maintenance lock (a row, so that it works through PgBouncer).",
     LockRelease => lock_release => "lock_release.sql", "`queries/lock_release.sql`: release a maintenance lock.",
     HealthQueues => health_queues => "health_queues.sql", "`queries/health_queues.sql`: per queue and state: counts and the oldest ready job's age.",

@@ -5,7 +5,7 @@
 //! One module per lifecycle step: [`producer`] (wait, claim, dispatch), [`executor`] (run one
 //! job), [`completer`] (batched outcome writes), [`heartbeat`] (batched lease renewal),
 //! [`listener`] (the LISTEN connection), [`reaper`] (expired leases), [`pruner`] (finished
-//! jobs) and [`idle`] (closing idle pool connections).
+//! jobs), [`vacuum`] (dead row versions) and [`idle`] (closing idle pool connections).
 
 mod completer;
 mod executor;
@@ -15,6 +15,7 @@ mod listener;
 mod producer;
 mod pruner;
 mod reaper;
+mod vacuum;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -76,6 +77,11 @@ pub struct WorkerConfig {
     /// Pool connections unused for this long are closed (default 5 minutes), so that an idle
     /// worker keeps only its LISTEN connection. `None` keeps them. Sends no statement.
     pub idle_connection_timeout: Option<Duration>,
+    /// Vacuum the jobs table when its dead row versions pass this many (default 1,000),
+    /// checked every 5 s while there is work, one process at a time; `None` leaves them to
+    /// autovacuum alone. Needs the right to VACUUM the table (its owner, or MAINTAIN on
+    /// PostgreSQL 17 and later): without it, one warning and autovacuum alone.
+    pub vacuum_threshold: Option<u64>,
 }
 
 impl WorkerConfig {
@@ -93,6 +99,8 @@ impl WorkerConfig {
     pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
     /// The default idle connection timeout.
     pub const DEFAULT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(300);
+    /// The default vacuum threshold.
+    pub const DEFAULT_VACUUM_THRESHOLD: u64 = 1_000;
 }
 
 impl Default for WorkerConfig {
@@ -109,6 +117,7 @@ impl Default for WorkerConfig {
             prune: Some(PruneOptions::default()),
             prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
             idle_connection_timeout: Some(Self::DEFAULT_IDLE_CONNECTION_TIMEOUT),
+            vacuum_threshold: Some(Self::DEFAULT_VACUUM_THRESHOLD),
         }
     }
 }
@@ -439,6 +448,12 @@ impl WorkerBuilder {
         self
     }
 
+    /// See [`WorkerConfig::vacuum_threshold`]; `None` leaves the table to autovacuum.
+    pub fn vacuum_threshold(mut self, dead_tuples: Option<u64>) -> Self {
+        self.cfg.vacuum_threshold = dead_tuples;
+        self
+    }
+
     /// See [`WorkerConfig::listen`].
     pub fn listen(mut self, listen: bool) -> Self {
         self.cfg.listen = listen;
@@ -689,6 +704,7 @@ impl Worker {
         if mode == Mode::Serve {
             services.spawn(reaper::run(shared.clone()));
             services.spawn(pruner::run(shared.clone()));
+            services.spawn(vacuum::run(shared.clone()));
             services.spawn(idle::run(shared.clone()));
             if shared.listen_config.is_some() {
                 services.spawn(listener::run(shared.clone()));

@@ -17,4 +17,5 @@ mod privileges;
 mod runtime;
 mod support;
 mod tls;
+mod vacuum;
 mod worker;
