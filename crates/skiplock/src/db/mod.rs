@@ -116,6 +116,7 @@ templates! {
     bench_fill_history => "bench_fill_history.sql",
     bench_counters => "bench_counters.sql",
     bench_vacuum => "bench_vacuum.sql",
+    bench_freeze_statistics => "bench_freeze_statistics.sql",
     server_version => "server_version.sql",
     schema_lock => "schema_lock.sql",
     schema_unlimit => "schema_unlimit.sql",
