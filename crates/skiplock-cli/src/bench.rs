@@ -414,7 +414,10 @@ async fn throughput(
             w.claims_in_flight = args.claims_in_flight;
             vec![w]
         }
-        None if q => vec![W::defaults(10), W::defaults(10).batch(10).claims_in_flight(1)],
+        None if q => vec![
+            W::defaults(10),
+            W::defaults(10).batch(10).claims_in_flight(1),
+        ],
         None => vec![
             W::defaults(10).batch(1).claims_in_flight(1),
             W::defaults(10).batch(10).claims_in_flight(1),
@@ -573,7 +576,8 @@ async fn throughput(
     }
     if let Some((r, c)) = worst_default {
         targets.push((
-            "defaults (but concurrency) within 20% of the best tuned point at the same concurrency".into(),
+            "defaults (but concurrency) within 20% of the best tuned point at the same concurrency"
+                .into(),
             format!("lowest {:.0}% (concurrency {c})", r * 100.0),
             Some(r >= 0.8),
         ));
@@ -647,6 +651,11 @@ async fn throughput(
             let _ = writeln!(t, "\nSpread (max - min) / median: {:.1}%.", sp * 100.0);
         }
     }
-    section(args, md, &format!("Throughput ({jobs} no-op jobs per run)"), &t);
+    section(
+        args,
+        md,
+        &format!("Throughput ({jobs} no-op jobs per run)"),
+        &t,
+    );
     Ok(())
 }

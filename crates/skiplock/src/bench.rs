@@ -56,7 +56,10 @@ impl Scratch {
     }
 
     async fn freeze_statistics(&self) -> Result<()> {
-        let conn = self.client.conn("freeze the bench table's statistics").await?;
+        let conn = self
+            .client
+            .conn("freeze the bench table's statistics")
+            .await?;
         conn.batch_execute(&self.client.sql().bench_freeze_statistics)
             .await
             .map_err(Error::db("freeze the bench table's statistics"))

@@ -110,7 +110,9 @@ impl WorkerConfig {
     /// more than the concurrency.
     pub fn claims_in_flight_for(&self, concurrency: usize) -> usize {
         let n = self.claims_in_flight.unwrap_or_else(|| {
-            let batch = usize::try_from(self.max_claim_batch).unwrap_or(usize::MAX).max(1);
+            let batch = usize::try_from(self.max_claim_batch)
+                .unwrap_or(usize::MAX)
+                .max(1);
             concurrency
                 .div_ceil(batch)
                 .clamp(2, Self::AUTO_CLAIMS_IN_FLIGHT_MAX)

@@ -60,8 +60,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             due = Some(due.map_or(at, |d| d.min(at)));
         }
         // Start claims: one per reason to claim, up to the limit while a backlog is known.
-        while (claim_now || backlog) && paused_until.is_none() && claims.len() < max_in_flight
-        {
+        while (claim_now || backlog) && paused_until.is_none() && claims.len() < max_in_flight {
             let free = u32::try_from(slot.slots.available_permits()).unwrap_or(u32::MAX);
             // With a claim already out, a further one only for a worthwhile share of slots.
             if free == 0 || (!claims.is_empty() && backlog && free < chunk.div_ceil(2)) {
