@@ -631,8 +631,9 @@ pub(crate) enum Mode {
 impl Worker {
     /// A builder for a worker on `client`'s queue running the kinds in `registry`.
     ///
-    /// The worker claims, renews leases and writes outcomes on a small pool of its own (at
-    /// most four connections, with `client`'s settings), apart from the pool handlers use
+    /// The worker claims, renews leases and writes outcomes on a small pool of its own (per
+    /// queue one connection per claim in flight and one for its due-time lookup, plus two;
+    /// with `client`'s settings), apart from the pool handlers use
     /// through [`JobContext::client`](crate::JobContext::client). A client built with
     /// [`Client::from_pool`] has no settings to open one with: the worker then shares the
     /// application's pool, and handlers that hold all of its connections delay lease renewals
