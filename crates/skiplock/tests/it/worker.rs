@@ -503,8 +503,7 @@ async fn claims_in_flight_never_exceed_the_concurrency_and_claim_each_job_once()
                     max.fetch_max(n, Ordering::SeqCst);
                     *seen.lock().unwrap().entry(c.id.0).or_default() += 1;
                     // Uneven run times, so that slots free up one by one while claims are out.
-                    tokio::time::sleep(Duration::from_millis(u64::from(c.id.0.unsigned_abs() % 7)))
-                        .await;
+                    tokio::time::sleep(Duration::from_millis(c.id.0.unsigned_abs() % 7)).await;
                     now.fetch_sub(1, Ordering::SeqCst);
                     Ok::<(), JobError>(())
                 }
@@ -525,9 +524,11 @@ async fn claims_in_flight_never_exceed_the_concurrency_and_claim_each_job_once()
     let stats = worker.run_until_idle().await.unwrap();
     assert_eq!(stats.claimed, JOBS as u64, "{stats:?}");
     assert_eq!(stats.done, JOBS as u64, "{stats:?}");
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), JOBS, "every job ran");
-    assert!(seen.values().all(|n| *n == 1), "no job ran twice");
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), JOBS, "every job ran");
+        assert!(seen.values().all(|n| *n == 1), "no job ran twice");
+    }
     let max = max.load(Ordering::SeqCst);
     assert!(
         max <= CONCURRENCY,
