@@ -2,11 +2,12 @@
 //! lines, or the Markdown of docs/BENCHMARKS.md.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use skiplock::bench;
 
-use crate::util::{out, outln, parse_duration, print_json, usage, Target};
+use crate::util::{errln, out, outln, parse_duration, print_json, usage, Target};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -24,7 +25,7 @@ pub enum Scenario {
     /// 1, 2, 4 and 8 `skiplock work` processes draining one queue: total jobs/s and the claim
     /// latency beside them.
     Processes,
-    /// Everything.
+    /// Everything (see `bench all`'s first line for how long it takes).
     All,
 }
 
@@ -33,15 +34,20 @@ pub struct Args {
     /// Which scenario.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Jobs per throughput point (and the enqueue scenario's batch total).
+    /// Jobs per throughput run (default 50,000) and the enqueue scenario's batch total
+    /// (default 100,000).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Queue concurrency for one throughput point (with --batch); default: a sweep.
-    #[arg(long, requires = "batch")]
+    /// Queue concurrency for one throughput point (against the ceiling sweep); default: a
+    /// sweep of points.
+    #[arg(long)]
     concurrency: Option<usize>,
-    /// Jobs per claim for one throughput point (with --concurrency).
+    /// Jobs per claim for the --concurrency point (default: the worker's default).
     #[arg(long, requires = "concurrency")]
     batch: Option<u32>,
+    /// Claims in flight for the --concurrency point (default: automatic).
+    #[arg(long, requires = "concurrency")]
+    claims_in_flight: Option<usize>,
     /// Offered jobs per second (latency: one point instead of the 50/500/5000 sweep;
     /// footprint: default 200).
     #[arg(long)]
@@ -74,6 +80,17 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     if jobs == 0 {
         return Err(usage("--jobs must be at least 1"));
     }
+    if all && !args.json {
+        errln!(
+            "skiplock bench all: expect about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {})",
+            if q { "1 minute" } else { "15 minutes" },
+            if q { "20 s" } else { "4 min" },
+            if q { "4 s" } else { "1 min" },
+            if q { "seconds" } else { "3 min" },
+            if q { "6 s" } else { "6 min" },
+            if q { "10 s" } else { "1 min" },
+        );
+    }
     let mut md = String::new();
     if args.markdown {
         md.push_str(&header(&url, &args).await);
@@ -81,75 +98,8 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let mut targets: Vec<(String, String, Option<bool>)> = Vec::new();
 
     if want(Scenario::Throughput) {
-        let points: Vec<(usize, u32)> = match (args.concurrency, args.batch) {
-            (Some(c), Some(b)) => vec![(c, b)],
-            _ if q => vec![(10, 10)],
-            _ => vec![(10, 1), (10, 10), (50, 10), (100, 100), (200, 100)],
-        };
-        let mut rows = Vec::new();
-        for (c, b) in points {
-            if c == 0 || b == 0 {
-                return Err(usage("--concurrency and --batch must be at least 1"));
-            }
-            let p = bench::throughput(&url, base, jobs, c, b).await?;
-            if args.json {
-                print_json(&serde_json::json!({
-                    "scenario": "throughput", "jobs": p.jobs, "concurrency": p.concurrency,
-                    "batch": p.batch, "jobs_per_s": p.jobs_per_s,
-                    "ceiling_jobs_per_s": p.ceiling_jobs_per_s, "ratio": p.ratio,
-                    "prepared_jobs_per_s": p.prepared_jobs_per_s,
-                    "prepared_ceiling_jobs_per_s": p.prepared_ceiling_jobs_per_s,
-                }));
-            }
-            rows.push(p);
-        }
-        let defaults = bench::throughput_defaults(&url, base, jobs).await?;
-        let best = rows.iter().map(|p| p.jobs_per_s).fold(0.0, f64::max);
-        let worst = rows.iter().map(|p| p.ratio).fold(f64::INFINITY, f64::min);
-        targets.push((
-            "throughput >= 80% of the ceiling at every point".into(),
-            format!("lowest {:.0}%", worst * 100.0),
-            Some(worst >= 0.8),
-        ));
-        targets.push((
-            "default settings within 20% of the best tuned throughput".into(),
-            format!("{:.0}%", defaults / best.max(1e-9) * 100.0),
-            Some(defaults >= best * 0.8),
-        ));
-        if args.json {
-            print_json(&serde_json::json!({
-                "scenario": "throughput-defaults", "jobs": jobs, "jobs_per_s": defaults,
-                "best_tuned_jobs_per_s": best, "ratio_to_best": defaults / best.max(1e-9),
-            }));
-        }
-        let mut t = String::from(
-            "| concurrency | batch | worker jobs/s | ceiling jobs/s | ratio | worker, prepared | ceiling, prepared | ratio, prepared |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for p in &rows {
-            let _ = writeln!(
-                t,
-                "| {} | {} | {:.0} | {:.0} | {:.0}% | {:.0} | {:.0} | {:.0}% |",
-                p.concurrency,
-                p.batch,
-                p.jobs_per_s,
-                p.ceiling_jobs_per_s,
-                p.ratio * 100.0,
-                p.prepared_jobs_per_s,
-                p.prepared_ceiling_jobs_per_s,
-                p.prepared_jobs_per_s / p.prepared_ceiling_jobs_per_s.max(1e-9) * 100.0
-            );
-        }
-        let _ = writeln!(
-            t,
-            "\nThe worker and the ceiling send each statement unnamed with its parameter types (`query_typed`: one round trip, works through PgBouncer in transaction mode); the prepared columns run the same worker with `ClientBuilder::prepared_statements(true)` (`skiplock work --prepared-statements`) (parsed once per connection, planned per execution) and the same ceiling with named prepared statements left to PostgreSQL's default plan caching.\n\nA worker with every setting at its default (queue concurrency 10): {defaults:.0} jobs/s, {:.0}% of the best tuned point above.",
-            defaults / best.max(1e-9) * 100.0
-        );
-        section(
-            &args,
-            &mut md,
-            &format!("Throughput ({jobs} no-op jobs)"),
-            &t,
-        );
+        let jobs = args.jobs.unwrap_or(if q { 2_000 } else { 50_000 });
+        throughput(&url, base, &args, jobs, &mut md, &mut targets).await?;
     }
 
     if want(Scenario::Latency) {
@@ -524,4 +474,272 @@ async fn header(url: &str, args: &Args) -> String {
 async fn server_version(url: &str) -> Option<String> {
     let client = skiplock::Client::builder(url).pool_size(1).build().ok()?;
     client.server_version().await.ok()
+}
+
+/// The throughput scenario: the raw-SQL ceiling at 1 to 16 loops (its best is the physical
+/// limit of the statements on this server), then worker points as ratios of that best.
+async fn throughput(
+    url: &str,
+    base: &str,
+    args: &Args,
+    jobs: usize,
+    md: &mut String,
+    targets: &mut Vec<(String, String, Option<bool>)>,
+) -> anyhow::Result<()> {
+    use bench::WorkerSetup as W;
+    let q = args.quick;
+    if args.concurrency == Some(0) || args.batch == Some(0) || args.claims_in_flight == Some(0) {
+        return Err(usage(
+            "--concurrency, --batch and --claims-in-flight must be at least 1",
+        ));
+    }
+    let loops: Vec<usize> = if q { vec![1, 2] } else { vec![1, 2, 4, 8, 16] };
+    let ceiling_batch = skiplock::WorkerConfig::default().max_claim_batch;
+    let points: Vec<W> = match args.concurrency {
+        Some(c) => {
+            let mut w = W::defaults(c);
+            w.batch = args.batch;
+            w.claims_in_flight = args.claims_in_flight;
+            vec![w]
+        }
+        None if q => vec![
+            W::defaults(10),
+            W::defaults(10).batch(10).claims_in_flight(1),
+        ],
+        None => vec![
+            W::defaults(10).batch(1).claims_in_flight(1),
+            W::defaults(10),
+            W::defaults(50),
+            W::defaults(100).claims_in_flight(1),
+            W::defaults(100),
+            W::defaults(200).claims_in_flight(1),
+            W::defaults(200).batch(50).claims_in_flight(4),
+            W::defaults(200),
+            W::defaults(200).prepared(),
+            W::defaults(400).claims_in_flight(8),
+            W::defaults(400),
+        ],
+    };
+    let frozen_runs = if args.concurrency.is_some() {
+        0
+    } else if q {
+        1
+    } else {
+        3
+    };
+    let frozen_concurrency = if q { 10 } else { 200 };
+    let total = loops.len() + points.len() + frozen_runs;
+    let bar = if args.json || args.markdown || !std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(total as u64)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "throughput {bar:30} {pos}/{len} runs  {elapsed_precise}  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+
+    let mut ceilings = Vec::new();
+    for l in &loops {
+        bar.set_message(format!("ceiling, {l} loops"));
+        let c = bench::ceiling(url, base, jobs, ceiling_batch, *l).await?;
+        bar.inc(1);
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "throughput-ceiling", "jobs": c.jobs, "loops": c.loops,
+                "batch": c.batch, "jobs_per_s": c.jobs_per_s,
+            }));
+        }
+        ceilings.push(c);
+    }
+    let best_ceiling = ceilings.iter().map(|c| c.jobs_per_s).fold(0.0, f64::max);
+    let best_loops = ceilings
+        .iter()
+        .find(|c| c.jobs_per_s >= best_ceiling)
+        .map_or(0, |c| c.loops);
+
+    let describe = |p: &bench::ThroughputPoint| -> String {
+        let mut d = String::new();
+        if p.setup.is_default() {
+            d.push_str("defaults");
+        } else {
+            let mut parts = Vec::new();
+            if p.setup.batch.is_some() {
+                parts.push(format!("batch {}", p.batch));
+            }
+            if p.setup.claims_in_flight.is_some() {
+                parts.push(format!("{} in flight", p.claims_in_flight));
+            }
+            if p.setup.prepared {
+                parts.push("prepared statements".to_owned());
+            }
+            if p.setup.frozen_statistics {
+                parts.push("frozen statistics".to_owned());
+            }
+            d.push_str(&parts.join(", "));
+        }
+        d
+    };
+    let mut rows = Vec::new();
+    for w in &points {
+        bar.set_message(format!("worker, concurrency {}", w.concurrency));
+        let p = bench::throughput(url, base, jobs, w).await?;
+        bar.inc(1);
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "throughput", "jobs": p.jobs, "concurrency": w.concurrency,
+                "batch": p.batch, "claims_in_flight": p.claims_in_flight,
+                "defaults": w.is_default(), "prepared": w.prepared,
+                "jobs_per_s": p.jobs_per_s, "ceiling_jobs_per_s": best_ceiling,
+                "ratio": p.jobs_per_s / best_ceiling.max(1e-9),
+            }));
+        }
+        rows.push(p);
+    }
+    let mut frozen = Vec::new();
+    for _ in 0..frozen_runs {
+        bar.set_message(format!(
+            "worker, concurrency {frozen_concurrency}, frozen statistics"
+        ));
+        let p = bench::throughput(
+            url,
+            base,
+            jobs,
+            &W::defaults(frozen_concurrency).frozen_statistics(),
+        )
+        .await?;
+        bar.inc(1);
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "throughput-frozen", "jobs": p.jobs,
+                "concurrency": frozen_concurrency, "jobs_per_s": p.jobs_per_s,
+                "ratio": p.jobs_per_s / best_ceiling.max(1e-9),
+            }));
+        }
+        frozen.push(p.jobs_per_s);
+    }
+    bar.finish_and_clear();
+
+    let best = rows
+        .iter()
+        .max_by(|a, b| a.jobs_per_s.total_cmp(&b.jobs_per_s));
+    if let Some(best) = best {
+        let r = best.jobs_per_s / best_ceiling.max(1e-9);
+        targets.push((
+            "best worker point >= 85% of the best raw-SQL ceiling".into(),
+            format!(
+                "{:.0}% (concurrency {}, {})",
+                r * 100.0,
+                best.setup.concurrency,
+                describe(best)
+            ),
+            Some(r >= 0.85),
+        ));
+    }
+    // Defaults against the best tuned point at the same concurrency.
+    let mut worst_default: Option<(f64, usize)> = None;
+    for d in rows.iter().filter(|p| p.setup.is_default()) {
+        let c = d.setup.concurrency;
+        let tuned = rows
+            .iter()
+            .filter(|p| p.setup.concurrency == c)
+            .map(|p| p.jobs_per_s)
+            .fold(0.0, f64::max);
+        let r = d.jobs_per_s / tuned.max(1e-9);
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "throughput-defaults", "concurrency": c, "jobs_per_s": d.jobs_per_s,
+                "best_tuned_jobs_per_s": tuned, "ratio_to_best": r,
+            }));
+        }
+        if worst_default.is_none_or(|(w, _)| r < w) {
+            worst_default = Some((r, c));
+        }
+    }
+    if let Some((r, c)) = worst_default {
+        targets.push((
+            "defaults (but concurrency) within 20% of the best tuned point at the same concurrency"
+                .into(),
+            format!("lowest {:.0}% (concurrency {c})", r * 100.0),
+            Some(r >= 0.8),
+        ));
+    }
+    let spread = if frozen.len() >= 2 {
+        let mut v = frozen.clone();
+        v.sort_by(f64::total_cmp);
+        let (lo, hi, mid) = (v[0], v[v.len() - 1], v[v.len() / 2]);
+        Some((hi - lo) / mid.max(1e-9))
+    } else {
+        None
+    };
+    if let Some(sp) = spread {
+        targets.push((
+            format!("concurrency {frozen_concurrency}, frozen statistics: run-to-run spread < 15%"),
+            format!(
+                "{:.1}% ({})",
+                sp * 100.0,
+                frozen
+                    .iter()
+                    .map(|r| format!("{r:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(sp < 0.15),
+        ));
+    }
+
+    let mut t = format!(
+        "Raw-SQL ceiling: loops of claim {ceiling_batch} + finish {ceiling_batch} (the worker's own `job_claim.sql` and `job_finish_many.sql`), each loop on its own connection.\n\n| loops | jobs/s | of the best |\n|---:|---:|---:|\n"
+    );
+    for c in &ceilings {
+        let _ = writeln!(
+            t,
+            "| {} | {:.0} | {:.0}% |",
+            c.loops,
+            c.jobs_per_s,
+            c.jobs_per_s / best_ceiling.max(1e-9) * 100.0
+        );
+    }
+    let _ = write!(
+        t,
+        "\nBest ceiling: {best_ceiling:.0} jobs/s ({best_loops} loops). Worker points, as a share of it:\n\n| concurrency | settings | batch | claims in flight | jobs/s | of the ceiling |\n|---:|---|---:|---:|---:|---:|\n"
+    );
+    for p in &rows {
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {:.0} | {:.0}% |",
+            p.setup.concurrency,
+            describe(p),
+            p.batch,
+            p.claims_in_flight,
+            p.jobs_per_s,
+            p.jobs_per_s / best_ceiling.max(1e-9) * 100.0
+        );
+    }
+    if !frozen.is_empty() {
+        let _ = write!(
+            t,
+            "\nConcurrency {frozen_concurrency}, defaults, statistics frozen from the all-queued table (ANALYZE with every job queued, autovacuum and autoanalyze off for the table during the run):\n\n| run | jobs/s | of the ceiling |\n|---:|---:|---:|\n"
+        );
+        for (i, r) in frozen.iter().enumerate() {
+            let _ = writeln!(
+                t,
+                "| {} | {r:.0} | {:.0}% |",
+                i + 1,
+                r / best_ceiling.max(1e-9) * 100.0
+            );
+        }
+        if let Some(sp) = spread {
+            let _ = writeln!(t, "\nSpread (max - min) / median: {:.1}%.", sp * 100.0);
+        }
+    }
+    section(
+        args,
+        md,
+        &format!("Throughput ({jobs} no-op jobs per run)"),
+        &t,
+    );
+    Ok(())
 }

@@ -74,6 +74,11 @@ pub struct Args {
     /// Close pool connections unused for this long, or `off` (the LISTEN connection stays).
     #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5m")]
     idle_timeout: Poll,
+    /// Claims each queue may have in flight at once, each on its own connection (default:
+    /// automatic, one per 100 of concurrency, between 2 and 4). All of them together never
+    /// take more jobs than the queue has free slots.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    claims_in_flight: Option<u64>,
     /// Use named prepared statements for claims, outcomes and heartbeats (faster; not through
     /// PgBouncer in transaction mode unless it supports them).
     #[arg(long)]
@@ -142,6 +147,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if let Some(url) = &args.listen_url {
         builder = builder.listen_url(url);
+    }
+    if let Some(n) = args.claims_in_flight {
+        builder = builder.claims_in_flight(usize::try_from(n).unwrap_or(1));
     }
     let worker = builder.build()?;
     // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get

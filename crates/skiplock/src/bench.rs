@@ -1,8 +1,9 @@
 //! Benchmarks (`skiplock bench`): figures measured as ratios in one run on one machine.
 //! Every scenario works in scratch schemas of its own and drops them afterwards.
 //!
-//! - [`throughput`]: no-op jobs through a worker, against the ceiling of the same claim and
-//!   finish statements issued back to back with no runtime around them;
+//! - [`throughput`]: no-op jobs through a worker set up as a [`WorkerSetup`]; [`ceiling`]:
+//!   the same claim and finish statements issued back to back by raw-SQL loops with no
+//!   runtime around them (the best rate over several loop counts is the physical limit);
 //! - [`latency`]: enqueue-to-start latency at a steady offered load, by the database's clock;
 //! - [`enqueue`]: single-row transactions and the batch path;
 //! - [`history`]: claim latency with many finished rows kept in the table;
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::Type;
 
 use crate::client::Client;
-use crate::db::{self, job::Finish};
+use crate::db;
 use crate::error::{Error, Result};
 use crate::handler::{JobContext, JobError, JobOptions, Registry};
 use crate::job::NewJob;
@@ -55,6 +56,16 @@ impl Scratch {
             self.client.enqueue_many(chunk).await?;
         }
         self.vacuum().await
+    }
+
+    async fn freeze_statistics(&self) -> Result<()> {
+        let conn = self
+            .client
+            .conn("freeze the bench table's statistics")
+            .await?;
+        conn.batch_execute(&self.client.sql().bench_freeze_statistics)
+            .await
+            .map_err(Error::db("freeze the bench table's statistics"))
     }
 
     async fn vacuum(&self) -> Result<()> {
@@ -99,77 +110,164 @@ fn noop_registry() -> Registry {
     )
 }
 
-/// One throughput point.
+/// How the worker of one throughput run is set up; every field left alone is the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerSetup {
+    /// The queue's concurrency.
+    pub concurrency: usize,
+    /// [`WorkerConfig::max_claim_batch`](crate::WorkerConfig::max_claim_batch); `None`: the
+    /// default.
+    pub batch: Option<u32>,
+    /// [`WorkerConfig::claims_in_flight`](crate::WorkerConfig::claims_in_flight); `None`:
+    /// automatic.
+    pub claims_in_flight: Option<usize>,
+    /// Named prepared statements ([`ClientBuilder::prepared_statements`](crate::ClientBuilder::prepared_statements)).
+    pub prepared: bool,
+    /// Statistics taken while every job was queued, kept for the whole run (autovacuum and
+    /// autoanalyze off for the table).
+    pub frozen_statistics: bool,
+}
+
+impl WorkerSetup {
+    /// A queue of `concurrency`, every other setting at its default.
+    pub fn defaults(concurrency: usize) -> Self {
+        WorkerSetup {
+            concurrency,
+            batch: None,
+            claims_in_flight: None,
+            prepared: false,
+            frozen_statistics: false,
+        }
+    }
+
+    /// With claims of at most `batch` jobs.
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = Some(batch);
+        self
+    }
+
+    /// With `n` claims in flight.
+    pub fn claims_in_flight(mut self, n: usize) -> Self {
+        self.claims_in_flight = Some(n);
+        self
+    }
+
+    /// With named prepared statements.
+    pub fn prepared(mut self) -> Self {
+        self.prepared = true;
+        self
+    }
+
+    /// With statistics frozen from an all-queued table.
+    pub fn frozen_statistics(mut self) -> Self {
+        self.frozen_statistics = true;
+        self
+    }
+
+    /// Whether every setting but the concurrency is the default.
+    pub fn is_default(&self) -> bool {
+        *self == Self::defaults(self.concurrency)
+    }
+
+    fn config(&self) -> crate::WorkerConfig {
+        let mut cfg = crate::WorkerConfig::default();
+        if let Some(b) = self.batch {
+            cfg.max_claim_batch = b;
+        }
+        cfg.claims_in_flight = self.claims_in_flight;
+        cfg
+    }
+}
+
+/// One worker throughput run.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ThroughputPoint {
     /// Jobs processed.
     pub jobs: usize,
-    /// The worker's queue concurrency (0: the worker's defaults).
-    pub concurrency: usize,
-    /// Jobs per claim.
+    /// The setup.
+    pub setup: WorkerSetup,
+    /// The batch in force.
     pub batch: u32,
-    /// The worker, from start to the last outcome written.
+    /// The claims in flight in force.
+    pub claims_in_flight: usize,
+    /// From start to the last outcome written.
     pub jobs_per_s: f64,
-    /// The same statements back to back on `concurrency / batch` connections.
-    pub ceiling_jobs_per_s: f64,
-    /// `jobs_per_s / ceiling_jobs_per_s`.
-    pub ratio: f64,
-    /// The worker with named prepared statements ([`ClientBuilder::prepared_statements`](crate::ClientBuilder::prepared_statements)).
-    pub prepared_jobs_per_s: f64,
-    /// The same ceiling with named prepared statements (parsed and planned once per
-    /// connection), which PgBouncer in transaction mode does not allow: what the unnamed
-    /// statements cost.
-    pub prepared_ceiling_jobs_per_s: f64,
 }
 
-/// `jobs` no-op jobs through one worker with queue concurrency `concurrency` and claims of
-/// `batch`; then the ceiling: `concurrency / batch` loops, each on its own connection, each
-/// claiming `batch` jobs and writing their outcomes in one statement, until the queue is
-/// empty. Both keep `concurrency` jobs in flight with the same batch size.
+/// `jobs` no-op jobs, enqueued and analyzed beforehand, through one worker set up as `setup`
+/// ([`Worker::run_until_idle`]): jobs per second from start to the last outcome written.
 pub async fn throughput(
     url: &str,
     base: &str,
     jobs: usize,
-    concurrency: usize,
-    batch: u32,
+    setup: &WorkerSetup,
 ) -> Result<ThroughputPoint> {
-    let loops = (concurrency / batch.max(1) as usize).max(1);
-    let s = Scratch::new(url, base, "tput", loops + 4).await?;
+    let cfg = setup.config();
+    let s = Scratch::new(url, base, "tput", 4).await?;
+    if setup.frozen_statistics {
+        s.freeze_statistics().await?;
+    }
     s.fill(jobs).await?;
-    let cfg = crate::WorkerConfig {
-        max_claim_batch: batch,
-        ..crate::WorkerConfig::default()
+    let client = if setup.prepared {
+        Client::builder(url)
+            .schema(s.client.schema().name())
+            .pool_size(4)
+            .application_name("skiplock-bench")
+            .prepared_statements(true)
+            .build()?
+    } else {
+        s.client.clone()
     };
-    let worker = Worker::builder(s.client.clone(), noop_registry())
-        .queue(QUEUE, concurrency)
+    let worker = Worker::builder(client, noop_registry())
+        .queue(QUEUE, setup.concurrency)
         .config(cfg.clone())
         .build()?;
     let started = Instant::now();
     let stats = worker.run_until_idle().await?;
-    let worker_s = started.elapsed().as_secs_f64();
-    let done = stats.done as usize;
+    let secs = started.elapsed().as_secs_f64();
     s.drop_now().await?;
+    Ok(ThroughputPoint {
+        jobs,
+        setup: setup.clone(),
+        batch: cfg.max_claim_batch,
+        claims_in_flight: cfg.claims_in_flight_for(setup.concurrency),
+        jobs_per_s: stats.done as f64 / secs.max(1e-9),
+    })
+}
 
-    let s = Scratch::new(url, base, "tprep", loops + 4).await?;
-    s.fill(jobs).await?;
-    let prepared_client = Client::builder(url)
-        .schema(s.client.schema().name())
-        .pool_size(loops + 4)
-        .application_name("skiplock-bench")
-        .prepared_statements(true)
-        .build()?;
-    let worker = Worker::builder(prepared_client, noop_registry())
-        .queue(QUEUE, concurrency)
-        .config(cfg.clone())
-        .build()?;
-    let started = Instant::now();
-    let prepared_stats = worker.run_until_idle().await?;
-    let prepared_jobs_per_s =
-        prepared_stats.done as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    s.drop_now().await?;
+/// One raw-SQL ceiling run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CeilingPoint {
+    /// Loops running at once, each on its own connection.
+    pub loops: usize,
+    /// Jobs per claim.
+    pub batch: u32,
+    /// Jobs processed.
+    pub jobs: usize,
+    /// Jobs per second.
+    pub jobs_per_s: f64,
+}
 
-    let s = Scratch::new(url, base, "ceil", loops + 2).await?;
+/// The physical ceiling of the worker's statements on this server: `loops` loops, each on
+/// its own connection, each claiming `batch` jobs and writing their outcomes in one
+/// statement, back to back with nothing around them, until `jobs` pre-enqueued no-op jobs
+/// are done. The statements are exactly the worker's ([`Statement::Claim`] and
+/// [`Statement::FinishMany`], unnamed with their parameter types, as the worker sends them).
+///
+/// [`Statement::Claim`]: crate::Statement::Claim
+/// [`Statement::FinishMany`]: crate::Statement::FinishMany
+pub async fn ceiling(
+    url: &str,
+    base: &str,
+    jobs: usize,
+    batch: u32,
+    loops: usize,
+) -> Result<CeilingPoint> {
+    let loops = loops.max(1);
+    let s = Scratch::new(url, base, "ceil", loops + 1).await?;
     s.fill(jobs).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -179,136 +277,74 @@ pub async fn throughput(
             async move { ceiling_loop(client, batch).await },
         ));
     }
-    let mut ceiling_done = 0usize;
+    let mut done = 0usize;
     for t in tasks {
-        ceiling_done += t
+        done += t
             .await
             .map_err(|e| Error::invalid("bench", format!("a ceiling task failed: {e}")))??;
     }
-    let ceiling_s = started.elapsed().as_secs_f64();
+    let secs = started.elapsed().as_secs_f64();
     s.drop_now().await?;
-
-    let s = Scratch::new(url, base, "prep", loops + 2).await?;
-    s.fill(jobs).await?;
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..loops {
-        let client = s.client.clone();
-        tasks.push(tokio::spawn(async move {
-            prepared_ceiling_loop(client, batch).await
-        }));
-    }
-    let mut prepared_done = 0usize;
-    for t in tasks {
-        prepared_done += t
-            .await
-            .map_err(|e| Error::invalid("bench", format!("a ceiling task failed: {e}")))??;
-    }
-    let prepared_s = started.elapsed().as_secs_f64();
-    s.drop_now().await?;
-
-    let jobs_per_s = done as f64 / worker_s.max(1e-9);
-    let ceiling = ceiling_done as f64 / ceiling_s.max(1e-9);
-    Ok(ThroughputPoint {
-        jobs,
-        concurrency,
+    Ok(CeilingPoint {
+        loops,
         batch,
-        jobs_per_s,
-        ceiling_jobs_per_s: ceiling,
-        ratio: jobs_per_s / ceiling.max(1e-9),
-        prepared_jobs_per_s,
-        prepared_ceiling_jobs_per_s: prepared_done as f64 / prepared_s.max(1e-9),
+        jobs: done,
+        jobs_per_s: done as f64 / secs.max(1e-9),
     })
-}
-
-/// The ceiling loop with named prepared statements.
-async fn prepared_ceiling_loop(client: Client, batch: u32) -> Result<usize> {
-    const OP: &str = "run the prepared ceiling loop";
-    let conn = client.conn(OP).await?;
-    let sql = client.sql();
-    let claim = conn
-        .prepare_typed(&sql.claim, &[Type::TEXT, Type::INT8, Type::INT8])
-        .await
-        .map_err(Error::db(OP))?;
-    let finish = conn
-        .prepare_typed(
-            &sql.finish_many,
-            &[
-                Type::INT8_ARRAY,
-                Type::INT4_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::INT8_ARRAY,
-                Type::INT8_ARRAY,
-                Type::INT8_ARRAY,
-            ],
-        )
-        .await
-        .map_err(Error::db(OP))?;
-    let limit = i64::from(batch);
-    let mut done = 0;
-    loop {
-        let rows = conn
-            .query(&claim, &[&QUEUE, &limit, &LEASE_US])
-            .await
-            .map_err(Error::db(OP))?;
-        if rows.is_empty() {
-            return Ok(done);
-        }
-        let ids: Vec<i64> = rows.iter().map(|r| r.get("id")).collect();
-        let attempts: Vec<i32> = rows.iter().map(|r| r.get("attempts")).collect();
-        let outcomes = vec![Outcome::Complete.sql_name(); ids.len()];
-        let errors = vec![""; ids.len()];
-        let zeros = vec![0i64; ids.len()];
-        done += conn
-            .query(
-                &finish,
-                &[&ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros],
-            )
-            .await
-            .map_err(Error::db(OP))?
-            .iter()
-            .filter(|r| r.get::<_, &str>("result") == "written")
-            .count();
-    }
 }
 
 async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
     const OP: &str = "run the ceiling loop";
     let conn = client.conn(OP).await?;
-    let sql = client.sql();
+    let claim = client.statement(crate::Statement::Claim);
+    let finish = client.statement(crate::Statement::FinishMany);
+    let limit = i64::from(batch);
     let mut done = 0;
     loop {
-        let jobs = db::job::claim(&**conn, None, sql, QUEUE, i64::from(batch), LEASE_US)
+        let rows = conn
+            .query_typed(
+                claim,
+                &[
+                    (&QUEUE, Type::TEXT),
+                    (&limit, Type::INT8),
+                    (&LEASE_US, Type::INT8),
+                ],
+            )
             .await
             .map_err(Error::db(OP))?;
-        if jobs.is_empty() {
+        if rows.is_empty() {
             return Ok(done);
         }
-        let finish: Vec<Finish> = jobs
-            .iter()
-            .map(|j| Finish::complete(j.id, j.attempt))
-            .collect();
-        done += db::job::finish_many(&**conn, None, sql, &finish)
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut attempts = Vec::with_capacity(rows.len());
+        for r in &rows {
+            ids.push(r.try_get::<_, i64>("id").map_err(Error::db(OP))?);
+            attempts.push(r.try_get::<_, i32>("attempts").map_err(Error::db(OP))?);
+        }
+        let outcomes = vec![Outcome::Complete.sql_name(); ids.len()];
+        let errors = vec![""; ids.len()];
+        let zeros = vec![0i64; ids.len()];
+        let written = conn
+            .query_typed(
+                finish,
+                &[
+                    (&ids, Type::INT8_ARRAY),
+                    (&attempts, Type::INT4_ARRAY),
+                    (&outcomes, Type::TEXT_ARRAY),
+                    (&errors, Type::TEXT_ARRAY),
+                    (&zeros, Type::INT8_ARRAY),
+                    (&zeros, Type::INT8_ARRAY),
+                    (&zeros, Type::INT8_ARRAY),
+                ],
+            )
             .await
-            .map_err(Error::db(OP))?
-            .len();
+            .map_err(Error::db(OP))?;
+        for r in &written {
+            if r.try_get::<_, &str>("result").map_err(Error::db(OP))? == "written" {
+                done += 1;
+            }
+        }
     }
-}
-
-/// `jobs` no-op jobs through a worker with every setting at its default (queue concurrency
-/// 10): jobs per second.
-pub async fn throughput_defaults(url: &str, base: &str, jobs: usize) -> Result<f64> {
-    let s = Scratch::new(url, base, "dflt", 10).await?;
-    s.fill(jobs).await?;
-    let worker = Worker::builder(s.client.clone(), noop_registry())
-        .queue(QUEUE, 10)
-        .build()?;
-    let started = Instant::now();
-    let stats = worker.run_until_idle().await?;
-    let rate = stats.done as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    s.drop_now().await?;
-    Ok(rate)
 }
 
 /// One latency point.

@@ -110,6 +110,7 @@ templates! {
     BenchFillHistory => bench_fill_history => "bench_fill_history.sql", "`queries/bench_fill_history.sql`: add finished jobs as kept history (benchmarks only).",
     BenchCounters => bench_counters => "bench_counters.sql", "`queries/bench_counters.sql`: WAL position, transaction counts and dead tuples (benchmarks only).",
     BenchVacuum => bench_vacuum => "bench_vacuum.sql", "`queries/bench_vacuum.sql`: vacuum and analyze the jobs table (benchmarks only).",
+    BenchFreezeStatistics => bench_freeze_statistics => "bench_freeze_statistics.sql", "`queries/bench_freeze_statistics.sql`: turn autovacuum and autoanalyze off for the jobs table, so that its statistics stay as they were taken (benchmarks only).",
 }
 
 /// Whether the attempt part of the guards is rendered.

@@ -67,6 +67,14 @@ pub struct WorkerConfig {
     pub max_claim_batch: u32,
     /// The most outcomes written in one statement (default 1,000).
     pub max_finish_batch: usize,
+    /// How many claims one queue may have running at once, each on its own connection
+    /// (default `None`: automatic, see [`WorkerConfig::claims_in_flight_for`]). Each claim
+    /// asks for at most `max_claim_batch` jobs and at most the queue's concurrency divided by
+    /// this number, and all claims together never take more jobs than the queue has free
+    /// slots. Several claims in flight keep a large queue fed while earlier claims' jobs are
+    /// still being written, and let a notification start a claim at once while another is
+    /// still out. The worker's own pool grows by one connection per claim in flight.
+    pub claims_in_flight: Option<usize>,
     /// Whether to LISTEN for wake-ups (default true).
     pub listen: bool,
     /// Pruning of finished jobs by the worker (default: `done` jobs older than 7 days,
@@ -101,6 +109,24 @@ impl WorkerConfig {
     pub const DEFAULT_IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(300);
     /// The default vacuum threshold.
     pub const DEFAULT_VACUUM_THRESHOLD: u64 = 1_000;
+    /// The most claims in flight per queue that the automatic setting picks.
+    pub const AUTO_CLAIMS_IN_FLIGHT_MAX: usize = 4;
+
+    /// The claims in flight a queue of `concurrency` gets: the setting, or automatically
+    /// one per `max_claim_batch` of concurrency, at least 2 (so that a notification never
+    /// waits for a claim in flight) and at most [`Self::AUTO_CLAIMS_IN_FLIGHT_MAX`]; never
+    /// more than the concurrency.
+    pub fn claims_in_flight_for(&self, concurrency: usize) -> usize {
+        let n = self.claims_in_flight.unwrap_or_else(|| {
+            let batch = usize::try_from(self.max_claim_batch)
+                .unwrap_or(usize::MAX)
+                .max(1);
+            concurrency
+                .div_ceil(batch)
+                .clamp(2, Self::AUTO_CLAIMS_IN_FLIGHT_MAX)
+        });
+        n.clamp(1, concurrency.max(1))
+    }
 }
 
 impl Default for WorkerConfig {
@@ -113,6 +139,7 @@ impl Default for WorkerConfig {
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
             max_claim_batch: 100,
             max_finish_batch: 1_000,
+            claims_in_flight: None,
             listen: true,
             prune: Some(PruneOptions::default()),
             prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
@@ -454,6 +481,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// See [`WorkerConfig::claims_in_flight`] (default: picked from each queue's
+    /// concurrency).
+    pub fn claims_in_flight(mut self, n: usize) -> Self {
+        self.cfg.claims_in_flight = Some(n);
+        self
+    }
+
     /// See [`WorkerConfig::listen`].
     pub fn listen(mut self, listen: bool) -> Self {
         self.cfg.listen = listen;
@@ -517,6 +551,12 @@ impl WorkerBuilder {
         }
         if cfg.max_claim_batch == 0 || cfg.max_finish_batch == 0 {
             return Err(Error::invalid("worker", "batch sizes must be at least 1"));
+        }
+        if cfg.claims_in_flight == Some(0) {
+            return Err(Error::invalid(
+                "claims in flight",
+                "it must be at least 1 (or None: automatic)",
+            ));
         }
         let listen_config = match (&self.listen_url, cfg.listen) {
             (_, false) => None,
@@ -606,8 +646,9 @@ pub(crate) enum Mode {
 impl Worker {
     /// A builder for a worker on `client`'s queue running the kinds in `registry`.
     ///
-    /// The worker claims, renews leases and writes outcomes on a small pool of its own (at
-    /// most four connections, with `client`'s settings), apart from the pool handlers use
+    /// The worker claims, renews leases and writes outcomes on a small pool of its own (per
+    /// queue one connection per claim in flight and one for its due-time lookup, plus two;
+    /// with `client`'s settings), apart from the pool handlers use
     /// through [`JobContext::client`](crate::JobContext::client). A client built with
     /// [`Client::from_pool`] has no settings to open one with: the worker then shares the
     /// application's pool, and handlers that hold all of its connections delay lease renewals
@@ -667,12 +708,18 @@ impl Worker {
     ) -> Result<RunStats> {
         let (finish_tx, finish_rx) = completer::channel();
         // Claims, heartbeats, outcome writes and maintenance get a small pool of their own
-        // (one connection per producer, plus the heartbeat and the completer, at most four),
+        // (one connection per claim in flight and one per queue for its due-time lookup,
+        // plus the heartbeat and the completer; connections open as they are needed),
         // so that handlers holding every connection of the application's pool cannot hold
         // back lease renewals until the leases expire on a live worker. A client built from
         // the application's pool has no settings to open another with: the runtime shares
         // that pool (see [`Worker::builder`]).
-        let runtime_pool = (self.queues.len() + 2).min(4);
+        let runtime_pool = self
+            .queues
+            .values()
+            .map(|q| self.cfg.claims_in_flight_for(q.concurrency) + 1)
+            .sum::<usize>()
+            + 2;
         let runtime = self.client.with_own_pool(runtime_pool)?;
         let shared = Arc::new(Shared {
             client: runtime.unwrap_or_else(|| self.client.clone()),

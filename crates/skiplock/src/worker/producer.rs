@@ -1,24 +1,52 @@
 //! One producer per queue: wait for a reason to claim (a notification, a free slot while
 //! more may be ready, the fallback poll, a known due time), claim as many jobs as the queue
-//! has free slots in one short statement, and hand each to the executor.
+//! has free slots in short statements, and hand each to the executor.
+//!
+//! Up to [`WorkerConfig::claims_in_flight`](super::WorkerConfig::claims_in_flight) claims run
+//! at once, each on its own connection. Each claim first takes the slots it asks for from the
+//! queue's semaphore and gives back those it did not fill, so that all claims together never
+//! take more jobs than the queue has free slots. A notification that arrives while a claim
+//! is in flight starts another claim at once instead of waiting for the first to return.
+//!
+//! After a short claim (in serve mode), a lookup of when the next queued job becomes ready
+//! runs beside the claims, off the path from a notification to a claim.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{backoff, executor, Counters, Mode, QueueSlot, Shared};
 use crate::db;
 use crate::error::Error;
+use crate::job::ClaimedJob;
+
+/// What a claim task returns: how many it asked for, the slots it holds, and the jobs.
+type Claimed = (u32, OwnedSemaphorePermit, Result<Vec<ClaimedJob>, Error>);
 
 pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut jobs: JoinSet<()> = JoinSet::new();
+    let mut claims: JoinSet<Claimed> = JoinSet::new();
+    let mut lookup: JoinSet<Option<Instant>> = JoinSet::new();
+    let max_in_flight = shared.cfg.claims_in_flight_for(slot.concurrency);
+    // Each claim asks for at most this many: the batch, or the queue's share per claim.
+    let chunk = shared
+        .cfg
+        .max_claim_batch
+        .min(u32::try_from(slot.concurrency.div_ceil(max_in_flight)).unwrap_or(u32::MAX))
+        .max(1);
     // Claim at once when starting.
     let mut claim_now = true;
     // The last claim filled every slot it asked for: more may be ready.
     let mut backlog = false;
+    // The last claim to return found nothing (for `Mode::UntilIdle`).
+    let mut found_nothing = false;
+    // Another short claim returned while a lookup was running: look up again after it.
+    let mut lookup_again = false;
     let mut failures = 0u32;
+    let mut paused_until: Option<Instant> = None;
     let mut due: Option<Instant> = None;
     let mut next_poll = shared.poll_interval().map(|p| Instant::now() + p);
 
@@ -31,60 +59,77 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         if let Some(at) = slot.take_wake_at() {
             due = Some(due.map_or(at, |d| d.min(at)));
         }
-        let free = slot.slots.available_permits();
-        if claim_now && free > 0 {
+        // Start claims: one per reason to claim, up to the limit while a backlog is known.
+        while (claim_now || backlog) && paused_until.is_none() && claims.len() < max_in_flight {
+            let free = u32::try_from(slot.slots.available_permits()).unwrap_or(u32::MAX);
+            // With a claim already out, a further one only for a worthwhile share of slots.
+            if free == 0 || (!claims.is_empty() && backlog && free < chunk.div_ceil(2)) {
+                break;
+            }
+            let want = free.min(chunk);
+            let Ok(permits) = slot.slots.clone().try_acquire_many_owned(want) else {
+                break;
+            };
             claim_now = false;
-            let want = u32::try_from(free)
-                .unwrap_or(u32::MAX)
-                .min(shared.cfg.max_claim_batch);
-            match claim(&shared, &slot, want, &mut jobs).await {
-                Ok(got) => {
-                    failures = 0;
-                    backlog = got == want;
-                    next_poll = shared.poll_interval().map(|p| Instant::now() + p);
-                    if backlog {
-                        claim_now = true;
-                        continue;
-                    }
-                    if mode == Mode::UntilIdle && got == 0 && jobs.is_empty() {
-                        break;
-                    }
-                    if mode == Mode::Serve {
-                        due = next_due(&shared, &slot).await;
-                    } else if got == 0 {
-                        // Nothing ready; wait for our running jobs, then look again.
-                        if jobs.join_next().await.is_some() {
-                            claim_now = true;
-                        }
-                        continue;
-                    }
-                }
-                Err(e) => {
-                    failures += 1;
-                    let wait = backoff(failures, Duration::from_secs(10));
-                    tracing::warn!(queue = %slot.name, error = %error_chain(&e), retry_in = ?wait, "claim failed");
-                    tokio::select! {
-                        () = shared.stop_claiming.cancelled() => break,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                    claim_now = true;
-                    continue;
-                }
+            let (shared, slot) = (shared.clone(), slot.clone());
+            claims.spawn(async move {
+                let r = claim(&shared, &slot, want).await;
+                (want, permits, r)
+            });
+            if !backlog {
+                break;
             }
         }
-        if mode == Mode::UntilIdle {
-            // Free slots appear as jobs finish; claim again then.
-            if jobs.join_next().await.is_some() || jobs.is_empty() {
-                claim_now = true;
-            }
-            continue;
+        if mode == Mode::UntilIdle
+            && found_nothing
+            && !claim_now
+            && claims.is_empty()
+            && jobs.is_empty()
+            && paused_until.is_none()
+        {
+            break;
         }
         let wake_at = match (next_poll, due) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let wake_at = if mode == Mode::Serve { wake_at } else { None };
         tokio::select! {
             () = shared.stop_claiming.cancelled() => break,
+            Some(done) = claims.join_next(), if !claims.is_empty() => {
+                let Ok((want, permits, result)) = done else {
+                    // A claim task panicked (it cannot: no unwrap on its path) or was
+                    // aborted: its slots came back with its permits; claim again.
+                    claim_now = true;
+                    continue;
+                };
+                match result {
+                    Ok(claimed) => {
+                        failures = 0;
+                        let got = u32::try_from(claimed.len()).unwrap_or(u32::MAX);
+                        start(&shared, &slot, claimed, permits, &mut jobs);
+                        backlog = got == want;
+                        found_nothing = got == 0;
+                        next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+                        if mode == Mode::Serve && !backlog {
+                            if lookup.is_empty() {
+                                let (shared, slot) = (shared.clone(), slot.clone());
+                                lookup.spawn(async move { next_due(&shared, &slot).await });
+                            } else {
+                                lookup_again = true;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        drop(permits);
+                        backlog = false;
+                        failures += 1;
+                        let wait = backoff(failures, Duration::from_secs(10));
+                        tracing::warn!(queue = %slot.name, error = %error_chain(&e), retry_in = ?wait, "claim failed");
+                        paused_until = Some(Instant::now() + wait);
+                    }
+                }
+            }
             () = slot.wake.notified() => claim_now = true,
             // `wake_at` moved (merged at the top of the loop), or the poll in force did (the
             // LISTEN connection went deaf: poll from now on).
@@ -94,8 +139,24 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                 }
             }
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
-                // A slot freed: claim again if the last claim suggested more is ready.
-                claim_now = backlog;
+                // A slot freed: with a backlog the loop claims again. Until idle, look
+                // again whenever a job ends (no notification tells us otherwise).
+                if mode == Mode::UntilIdle {
+                    claim_now = true;
+                }
+            }
+            Some(found) = lookup.join_next(), if !lookup.is_empty() => {
+                if let Ok(Some(at)) = found {
+                    due = Some(due.map_or(at, |d| d.min(at)));
+                }
+                if std::mem::take(&mut lookup_again) {
+                    let (shared, slot) = (shared.clone(), slot.clone());
+                    lookup.spawn(async move { next_due(&shared, &slot).await });
+                }
+            }
+            () = sleep_until(paused_until) => {
+                paused_until = None;
+                claim_now = true;
             }
             () = sleep_until(wake_at) => {
                 claim_now = true;
@@ -105,7 +166,14 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         }
     }
 
-    // Shutdown: the running jobs finish (or are cancelled at the deadline by the executor).
+    // Shutdown: claims still out come back and their jobs are handed back at once; the
+    // running jobs finish (or are cancelled at the deadline by the executor).
+    lookup.abort_all();
+    while let Some(done) = claims.join_next().await {
+        if let Ok((_, permits, Ok(claimed))) = done {
+            start(&shared, &slot, claimed, permits, &mut jobs);
+        }
+    }
     while jobs.join_next().await.is_some() {}
 }
 
@@ -116,32 +184,36 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Claims up to `want` jobs and starts them. Returns how many were claimed.
-async fn claim(
+/// Claims up to `want` jobs on a connection of its own.
+async fn claim(shared: &Shared, slot: &QueueSlot, want: u32) -> Result<Vec<ClaimedJob>, Error> {
+    let conn = shared.client.conn("claim jobs").await?;
+    db::job::claim(
+        &**conn,
+        shared.client.cache(&conn),
+        shared.client.sql(),
+        &slot.name,
+        i64::from(want),
+        shared.lease_us,
+    )
+    .await
+    .map_err(Error::db("claim jobs"))
+}
+
+/// Starts the claimed jobs, each with one of the slots its claim took (the slots left over
+/// are freed when `permits` drops); after shutdown began, hands them back instead.
+fn start(
     shared: &Arc<Shared>,
-    slot: &Arc<QueueSlot>,
-    want: u32,
+    slot: &QueueSlot,
+    claimed: Vec<ClaimedJob>,
+    mut permits: OwnedSemaphorePermit,
     jobs: &mut JoinSet<()>,
-) -> Result<u32, Error> {
-    let claimed = {
-        let conn = shared.client.conn("claim jobs").await?;
-        db::job::claim(
-            &**conn,
-            shared.client.cache(&conn),
-            shared.client.sql(),
-            &slot.name,
-            i64::from(want),
-            shared.lease_us,
-        )
-        .await
-        .map_err(Error::db("claim jobs"))?
-    };
-    let n = u32::try_from(claimed.len()).unwrap_or(u32::MAX);
+) {
+    let n = claimed.len();
     if n == 0 {
-        return Ok(0);
+        return;
     }
     shared.note_activity();
-    Counters::add(&shared.counters.claimed, u64::from(n));
+    Counters::add(&shared.counters.claimed, n as u64);
     tracing::debug!(queue = %slot.name, claimed = n, "claimed jobs");
     for job in claimed {
         if shared.stop_claiming.is_cancelled() {
@@ -149,9 +221,9 @@ async fn claim(
             executor::hand_back(shared, &job);
             continue;
         }
-        let Ok(permit) = slot.slots.clone().try_acquire_owned() else {
-            // Cannot happen (only this producer takes slots, and it asked for no more than
-            // were free), but never run beyond the limit.
+        let Some(permit) = permits.split(1) else {
+            // Cannot happen (a claim asks for no more jobs than the slots it holds), but
+            // never run beyond the limit.
             executor::hand_back(shared, &job);
             continue;
         };
@@ -164,7 +236,6 @@ async fn claim(
         let attempt = executor::Attempt::register(shared, &job, heartbeat);
         jobs.spawn(executor::run(shared.clone(), job, permit, attempt));
     }
-    Ok(n)
 }
 
 /// After a short claim: when the next queued job of this queue becomes ready, by the

@@ -480,6 +480,64 @@ async fn a_queue_never_runs_more_than_its_concurrency() {
     );
 }
 
+/// Several claims in flight per queue: together they never take more jobs than the queue
+/// has free slots (never more than its concurrency running at once), and each job is claimed
+/// and run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_in_flight_never_exceed_the_concurrency_and_claim_each_job_once() {
+    const JOBS: usize = 600;
+    const CONCURRENCY: usize = 12;
+    let b = setup().await;
+    let now = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
+    let registry = {
+        let (now, max, seen) = (now.clone(), max.clone(), seen.clone());
+        Registry::new().register_handler(
+            "k",
+            JobOptions::default(),
+            move |_p: String, c: JobContext| {
+                let (now, max, seen) = (now.clone(), max.clone(), seen.clone());
+                async move {
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    max.fetch_max(n, Ordering::SeqCst);
+                    *seen.lock().unwrap().entry(c.id.0).or_default() += 1;
+                    // Uneven run times, so that slots free up one by one while claims are out.
+                    tokio::time::sleep(Duration::from_millis(c.id.0.unsigned_abs() % 7)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<(), JobError>(())
+                }
+            },
+        )
+    };
+    let jobs: Vec<NewJob> = (0..JOBS as u32).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let mut cfg = skiplock::WorkerConfig::default();
+    // Claims of at most 5 (at most 12 / 4 = 3 each with four in flight).
+    cfg.max_claim_batch = 5;
+    let worker = Worker::builder(b.client.clone(), registry)
+        .config(cfg)
+        .claims_in_flight(4)
+        .queue("default", CONCURRENCY)
+        .build()
+        .unwrap();
+    let stats = worker.run_until_idle().await.unwrap();
+    assert_eq!(stats.claimed, JOBS as u64, "{stats:?}");
+    assert_eq!(stats.done, JOBS as u64, "{stats:?}");
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), JOBS, "every job ran");
+        assert!(seen.values().all(|n| *n == 1), "no job ran twice");
+    }
+    let max = max.load(Ordering::SeqCst);
+    assert!(
+        max <= CONCURRENCY,
+        "{max} jobs ran at once, above the concurrency"
+    );
+    assert!(max > 3, "several claims' jobs ran at once (max {max})");
+    assert_eq!(b.count("status = 'done'").await, JOBS as i64);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_connection_is_idle_in_transaction_while_a_job_runs() {
     let b = setup().await;
@@ -668,6 +726,12 @@ fn bad_worker_settings_are_refused() {
             .heartbeat_interval(Duration::from_secs(10))
     )
     .contains("heartbeat"));
+    assert!(build(
+        Worker::builder(client.clone(), reg())
+            .queue("q", 1)
+            .claims_in_flight(0)
+    )
+    .contains("claims in flight"));
     let bad_kind = Registry::new().register_handler("bad kind", JobOptions::default(), noop());
     assert!(build(Worker::builder(client.clone(), bad_kind).queue("q", 1)).contains("job kind"));
 }
