@@ -104,6 +104,35 @@ fn client(url: &str, schema: &str) -> Client {
         .unwrap()
 }
 
+/// Waits (up to 20 s) for the worker's LISTEN connection named `app`, and checks that it is
+/// encrypted.
+async fn assert_listener_encrypted(c: &Client, app: &str) {
+    let raw = c.pool().get().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let row = raw
+            .query_opt(
+                "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+                 WHERE a.application_name = $1 AND a.query ILIKE 'LISTEN%'",
+                &[&app],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            assert!(
+                row.get::<_, bool>(0),
+                "the LISTEN connection is not encrypted"
+            );
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no LISTEN connection"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Whether the pooled connection the client hands out is encrypted.
 async fn encrypted(client: &Client) -> skiplock::Result<bool> {
     let conn = client
@@ -271,31 +300,7 @@ async fn a_worker_runs_a_job_over_tls() {
         let _ = stopped.await;
     }));
     // Wait for the LISTEN connection, then check that it is encrypted.
-    let raw = c.pool().get().await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let row = raw
-            .query_opt(
-                "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
-                 WHERE a.application_name = 'skiplock-listener' AND a.query ILIKE 'LISTEN%'",
-                &[],
-            )
-            .await
-            .unwrap();
-        if let Some(row) = row {
-            assert!(
-                row.get::<_, bool>(0),
-                "the LISTEN connection is not encrypted"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no LISTEN connection"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(raw);
+    assert_listener_encrypted(&c, "skiplock-listener").await;
     let id = c.enqueue(&NewJob::new("k", &1)).await.unwrap();
     let ran = tokio::time::timeout(Duration::from_secs(20), done_rx.recv())
         .await
@@ -345,31 +350,7 @@ async fn a_listen_url_has_its_own_tls_settings() {
     let run = tokio::spawn(worker.run(async {
         let _ = stopped.await;
     }));
-    let raw = c.pool().get().await.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let row = raw
-            .query_opt(
-                "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
-                 WHERE a.application_name = 'tls-own-listen-url' AND a.query ILIKE 'LISTEN%'",
-                &[],
-            )
-            .await
-            .unwrap();
-        if let Some(row) = row {
-            assert!(
-                row.get::<_, bool>(0),
-                "the LISTEN connection is not encrypted"
-            );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no LISTEN connection"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    drop(raw);
+    assert_listener_encrypted(&c, "tls-own-listen-url").await;
     stop.send(()).unwrap();
     run.await.unwrap().unwrap();
 }
