@@ -35,6 +35,24 @@ fn parse_poll(s: &str) -> Result<Poll, String> {
     parse_optional_duration(s).map(Poll)
 }
 
+/// A dead-tuple count, or `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct Threshold(Option<u64>);
+
+fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    if s.trim() == "off" {
+        return Ok(Threshold(None));
+    }
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .map(|n| Threshold(Some(n)))
+        .ok_or_else(|| {
+            format!("{s:?} is not a number of dead tuples (a whole number above 0) or `off`")
+        })
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A queue to serve, as QUEUE or QUEUE=CONCURRENCY (default concurrency 10). Repeat for
@@ -74,6 +92,11 @@ pub struct Args {
     /// Close pool connections unused for this long, or `off` (the LISTEN connection stays).
     #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5m")]
     idle_timeout: Poll,
+    /// Vacuum the jobs table once it has more dead tuples than this (checked every 5 s while
+    /// there is work, one process at a time; needs the role to own the table, or MAINTAIN on
+    /// PostgreSQL 17+), or `off` to leave it to autovacuum.
+    #[arg(long, value_name = "N|off", value_parser = parse_threshold, default_value = "1000")]
+    vacuum_threshold: Threshold,
     /// Claims each queue may have in flight at once, each on its own connection (default:
     /// automatic, one per 100 of concurrency, between 2 and 4). All of them together never
     /// take more jobs than the queue has free slots.
@@ -141,7 +164,8 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                 .0
                 .map(skiplock::PruneOptions::older_than),
         )
-        .idle_connection_timeout(args.idle_timeout.0);
+        .idle_connection_timeout(args.idle_timeout.0)
+        .vacuum_threshold(args.vacuum_threshold.0);
     for q in &queues {
         builder = builder.queue(&q.0, q.1);
     }

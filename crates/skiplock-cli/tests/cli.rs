@@ -196,6 +196,7 @@ async fn bad_input_is_refused_with_one_line_and_nothing_changes() {
         (vec!["cancel", "-5"], "job id"),
         (vec!["work", "--queue", "q=0"], "concurrency"),
         (vec!["work", "--poll-interval", "often"], "duration"),
+        (vec!["work", "--vacuum-threshold", "0"], "dead tuples"),
         (vec!["lab", "naive", "--workers", "0"], "--workers"),
     ] {
         fails(&run(Some(&db), &args), 2, needle);

@@ -539,6 +539,12 @@ impl WorkerBuilder {
                 ),
             ));
         }
+        if cfg.vacuum_threshold == Some(0) {
+            return Err(Error::invalid(
+                "vacuum threshold",
+                "it must be at least 1 dead tuple (use None to leave the table to autovacuum)",
+            ));
+        }
         if cfg.poll_interval == Some(Duration::ZERO)
             || cfg.reap_interval.is_zero()
             || cfg.prune_interval.is_zero()

@@ -732,6 +732,12 @@ fn bad_worker_settings_are_refused() {
             .claims_in_flight(0)
     )
     .contains("claims in flight"));
+    assert!(build(
+        Worker::builder(client.clone(), reg())
+            .queue("q", 1)
+            .vacuum_threshold(Some(0))
+    )
+    .contains("vacuum threshold"));
     let bad_kind = Registry::new().register_handler("bad kind", JobOptions::default(), noop());
     assert!(build(Worker::builder(client.clone(), bad_kind).queue("q", 1)).contains("job kind"));
 }
