@@ -9,7 +9,9 @@
 //! is in flight starts another claim at once instead of waiting for the first to return.
 //!
 //! After a short claim (in serve mode), a lookup of when the next queued job becomes ready
-//! runs beside the claims, off the path from a notification to a claim.
+//! runs beside the claims, off the path from a notification to a claim. Lookups start at
+//! most once per [`LOOKUP_GAP`]: a short claim inside the gap defers one lookup to its end,
+//! so that at high rates a pickup costs one statement, not two.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,13 +25,16 @@ use crate::db;
 use crate::error::Error;
 use crate::job::ClaimedJob;
 
+/// The least time between the starts of two next-due lookups of one queue.
+pub(crate) const LOOKUP_GAP: Duration = Duration::from_millis(50);
+
 /// What a claim task returns: how many it asked for, the slots it holds, and the jobs.
 type Claimed = (u32, OwnedSemaphorePermit, Result<Vec<ClaimedJob>, Error>);
 
 pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut jobs: JoinSet<()> = JoinSet::new();
     let mut claims: JoinSet<Claimed> = JoinSet::new();
-    let mut lookup: JoinSet<Option<Instant>> = JoinSet::new();
+    let mut lookup = Lookup::default();
     let max_in_flight = shared.cfg.claims_in_flight_for(slot.concurrency);
     // Each claim asks for at most this many: the batch, or the queue's share per claim.
     let chunk = shared
@@ -43,8 +48,6 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut backlog = false;
     // The last claim to return found nothing (for `Mode::UntilIdle`).
     let mut found_nothing = false;
-    // Another short claim returned while a lookup was running: look up again after it.
-    let mut lookup_again = false;
     let mut failures = 0u32;
     let mut paused_until: Option<Instant> = None;
     let mut due: Option<Instant> = None;
@@ -112,12 +115,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                         found_nothing = got == 0;
                         next_poll = shared.poll_interval().map(|p| Instant::now() + p);
                         if mode == Mode::Serve && !backlog {
-                            if lookup.is_empty() {
-                                let (shared, slot) = (shared.clone(), slot.clone());
-                                lookup.spawn(async move { next_due(&shared, &slot).await });
-                            } else {
-                                lookup_again = true;
-                            }
+                            lookup.want(&shared, &slot);
                         }
                     }
                     Err(e) => {
@@ -145,14 +143,17 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                     claim_now = true;
                 }
             }
-            Some(found) = lookup.join_next(), if !lookup.is_empty() => {
+            Some(found) = lookup.running.join_next(), if !lookup.running.is_empty() => {
                 if let Ok(Some(at)) = found {
                     due = Some(due.map_or(at, |d| d.min(at)));
                 }
-                if std::mem::take(&mut lookup_again) {
-                    let (shared, slot) = (shared.clone(), slot.clone());
-                    lookup.spawn(async move { next_due(&shared, &slot).await });
+                if std::mem::take(&mut lookup.again) {
+                    lookup.want(&shared, &slot);
                 }
+            }
+            () = sleep_until(lookup.deferred) => {
+                lookup.deferred = None;
+                lookup.want(&shared, &slot);
             }
             () = sleep_until(paused_until) => {
                 paused_until = None;
@@ -168,7 +169,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
 
     // Shutdown: claims still out come back and their jobs are handed back at once; the
     // running jobs finish (or are cancelled at the deadline by the executor).
-    lookup.abort_all();
+    lookup.running.abort_all();
     while let Some(done) = claims.join_next().await {
         if let Ok((_, permits, Ok(claimed))) = done {
             start(&shared, &slot, claimed, permits, &mut jobs);
@@ -235,6 +236,41 @@ fn start(
             .is_none_or(|e| e.options.heartbeat);
         let attempt = executor::Attempt::register(shared, &job, heartbeat);
         jobs.spawn(executor::run(shared.clone(), job, permit, attempt));
+    }
+}
+
+/// The next-due lookups of one queue: at most one running, at most one start per
+/// [`LOOKUP_GAP`], and none lost: a lookup wanted while one runs starts after it, and one
+/// wanted inside the gap starts at its end.
+#[derive(Default)]
+struct Lookup {
+    running: JoinSet<Option<Instant>>,
+    /// Wanted while one was running: start another when it returns.
+    again: bool,
+    /// When the last one started.
+    last: Option<Instant>,
+    /// Wanted inside the gap: start one then.
+    deferred: Option<Instant>,
+}
+
+impl Lookup {
+    fn want(&mut self, shared: &Arc<Shared>, slot: &Arc<QueueSlot>) {
+        if !self.running.is_empty() {
+            self.again = true;
+            return;
+        }
+        let now = Instant::now();
+        if let Some(last) = self.last {
+            if now < last + LOOKUP_GAP {
+                self.deferred.get_or_insert(last + LOOKUP_GAP);
+                return;
+            }
+        }
+        self.last = Some(now);
+        self.deferred = None;
+        let (shared, slot) = (shared.clone(), slot.clone());
+        self.running
+            .spawn(async move { next_due(&shared, &slot).await });
     }
 }
 

@@ -690,3 +690,58 @@ async fn with_the_poll_off_jobs_made_ready_elsewhere_wake_the_worker() {
     let stats = handle.await.unwrap();
     assert_eq!(stats.done, 3);
 }
+
+/// With the poll off, a job scheduled during a burst of short claims starts on time: the
+/// next-due lookups are rate-limited, and one wanted inside the gap runs at its end instead
+/// of being dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_poll_off_a_job_scheduled_amid_a_burst_starts_on_time() {
+    let b = setup().await;
+    let starts = Arc::new(Mutex::new(Vec::<(String, Instant)>::new()));
+    let recorded = starts.clone();
+    let registry = Registry::new().register_handler(
+        "k",
+        JobOptions::default(),
+        move |p: String, _c: JobContext| {
+            recorded.lock().unwrap().push((p, Instant::now()));
+            async { Ok::<(), JobError>(()) }
+        },
+    );
+    let (stop, handle) = spawn_worker(poll_off(&b, "lookup-gap", registry));
+    for round in 0..3 {
+        // Ready jobs a few milliseconds apart: each is a short claim and wants a lookup.
+        for i in 0..10 {
+            b.client
+                .enqueue(&NewJob::new("k", &format!("ready-{round}-{i}")))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+        // Then one for later, whose own wake-up finds nothing ready, inside the gap.
+        let at = Instant::now();
+        let name = format!("later-{round}");
+        b.client
+            .enqueue(&NewJob::new("k", &name).delay(Duration::from_millis(300)))
+            .await
+            .unwrap();
+        eventually(Duration::from_secs(5), "the scheduled job started", || async {
+            starts.lock().unwrap().iter().any(|(p, _)| p.contains(&name))
+        })
+        .await;
+        let started = starts
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(p, _)| p.contains(&name))
+            .map(|(_, t)| *t)
+            .unwrap();
+        let late = started.duration_since(at);
+        assert!(
+            late >= Duration::from_millis(250) && late < Duration::from_millis(1500),
+            "round {round}: started {late:?} after it was enqueued for 300 ms"
+        );
+    }
+    stop.send(()).unwrap();
+    let stats = handle.await.unwrap();
+    assert_eq!(stats.done, 33);
+}
