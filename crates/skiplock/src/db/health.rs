@@ -5,13 +5,49 @@ use std::time::SystemTime;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Error, GenericClient};
 
-use super::Sql;
+use super::{Sql, Store};
 use crate::health::{Blocker, QueueHealth, TableHealth};
 
-pub(crate) async fn queues<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-) -> Result<Vec<QueueHealth>, Error> {
+type Result<T, E = crate::error::Error> = std::result::Result<T, E>;
+
+impl Store {
+    /// `health_queues.sql`: per queue and state, counts and the oldest ready job's age.
+    pub(crate) async fn health_queues<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+    ) -> Result<Vec<QueueHealth>> {
+        queues(c, &self.sql)
+            .await
+            .map_err(crate::error::Error::db("read the queues' health"))
+    }
+
+    /// `health_table.sql`: the jobs table's tuples, vacuums and size (`None` if the
+    /// statistics views do not list it yet).
+    pub(crate) async fn health_table<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        schema: &str,
+    ) -> Result<Option<TableHealth>> {
+        table(c, &self.sql, schema)
+            .await
+            .map_err(crate::error::Error::db("read the jobs table's health"))
+    }
+
+    /// `health_blockers.sql`: sessions holding back vacuum's horizon.
+    pub(crate) async fn health_blockers<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        older_than_us: i64,
+    ) -> Result<Vec<Blocker>> {
+        blockers(c, &self.sql, older_than_us)
+            .await
+            .map_err(crate::error::Error::db(
+                "read the sessions holding back vacuum",
+            ))
+    }
+}
+
+async fn queues<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueHealth>, Error> {
     let rows = c.query_typed(&sql.health_queues, &[]).await?;
     rows.iter()
         .map(|r| {
@@ -29,7 +65,7 @@ pub(crate) async fn queues<C: GenericClient + Sync>(
         .collect()
 }
 
-pub(crate) async fn table<C: GenericClient + Sync>(
+async fn table<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     schema: &str,
@@ -49,7 +85,7 @@ pub(crate) async fn table<C: GenericClient + Sync>(
     }))
 }
 
-pub(crate) async fn blockers<C: GenericClient + Sync>(
+async fn blockers<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     older_than_us: i64,

@@ -1,9 +1,91 @@
-//! Pruning and maintenance locks.
+//! Pruning, vacuum and maintenance locks.
 
 use tokio_postgres::types::Type;
 use tokio_postgres::{Error, GenericClient};
 
-use super::Sql;
+use super::{Sql, Store};
+
+type Result<T, E = crate::error::Error> = std::result::Result<T, E>;
+
+impl Store {
+    /// `job_prune.sql`: deletes one batch of jobs finished more than `retention_us` ago
+    /// (failed ones too if `include_failed`); returns how many it deleted.
+    #[allow(dead_code)] // `Client::prune` still binds it itself, through `prune_batch`.
+    pub(crate) async fn job_prune<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        retention_us: i64,
+        include_failed: bool,
+        batch: i64,
+    ) -> Result<i64> {
+        prune_batch(c, &self.sql, false, retention_us, include_failed, batch)
+            .await
+            .map_err(crate::error::Error::db("prune finished jobs"))
+    }
+
+    /// `job_archive.sql`: moves one batch of jobs finished more than `retention_us` ago to
+    /// `jobs_archive`; returns how many it moved.
+    #[allow(dead_code)] // `Client::prune` still binds it itself, through `prune_batch`.
+    pub(crate) async fn job_archive<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        retention_us: i64,
+        include_failed: bool,
+        batch: i64,
+    ) -> Result<i64> {
+        prune_batch(c, &self.sql, true, retention_us, include_failed, batch)
+            .await
+            .map_err(crate::error::Error::db("archive finished jobs"))
+    }
+
+    /// `lock_acquire.sql`: takes or renews the maintenance lock `name` for `holder`;
+    /// whether it is now `holder`'s.
+    pub(crate) async fn lock_acquire<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+        holder: &str,
+        ttl_us: i64,
+    ) -> Result<bool> {
+        lock_acquire(c, &self.sql, name, holder, ttl_us)
+            .await
+            .map_err(crate::error::Error::db("take a maintenance lock"))
+    }
+
+    /// `lock_release.sql`: releases the maintenance lock `name` if `holder` holds it.
+    pub(crate) async fn lock_release<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+        holder: &str,
+    ) -> Result<()> {
+        lock_release(c, &self.sql, name, holder)
+            .await
+            .map_err(crate::error::Error::db("release a maintenance lock"))
+    }
+
+    /// `job_dead_tuples.sql`: the jobs table's dead row versions and manual vacuum count,
+    /// and whether this role may vacuum it.
+    pub(crate) async fn job_dead_tuples<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+    ) -> Result<(i64, i64, bool)> {
+        async {
+            let row = c.query_typed_one(&self.sql.dead_tuples, &[]).await?;
+            Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+        }
+        .await
+        .map_err(crate::error::Error::db("read the jobs table's dead tuples"))
+    }
+
+    /// `job_vacuum.sql`: vacuums the jobs table; not in a transaction block (a simple
+    /// query of one statement).
+    pub(crate) async fn job_vacuum<C: GenericClient + Sync>(&self, c: &C) -> Result<()> {
+        c.batch_execute(&self.sql.vacuum)
+            .await
+            .map_err(crate::error::Error::db("vacuum the jobs table"))
+    }
+}
 
 /// Deletes (or archives) one batch; returns how many rows it moved.
 pub(crate) async fn prune_batch<C: GenericClient + Sync>(
@@ -58,19 +140,4 @@ pub(crate) async fn lock_release<C: GenericClient + Sync>(
     )
     .await
     .map(drop)
-}
-
-/// The jobs table's dead row versions and manual vacuum count, and whether this role may
-/// vacuum it.
-pub(crate) async fn dead_tuples<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-) -> Result<(i64, i64, bool), Error> {
-    let row = c.query_typed_one(&sql.dead_tuples, &[]).await?;
-    Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
-}
-
-/// VACUUM the jobs table; not in a transaction block (a simple query of one statement).
-pub(crate) async fn vacuum<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<(), Error> {
-    c.batch_execute(&sql.vacuum).await
 }
