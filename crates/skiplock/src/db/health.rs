@@ -3,12 +3,12 @@
 use std::time::SystemTime;
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Error, GenericClient};
+use tokio_postgres::{Error as PgError, GenericClient};
 
 use super::{Sql, Store};
 use crate::health::{Blocker, QueueHealth, TableHealth};
 
-type Result<T, E = crate::error::Error> = std::result::Result<T, E>;
+use crate::error::{Error, Result};
 
 impl Store {
     /// `health_queues.sql`: per queue and state, counts and the oldest ready job's age.
@@ -18,7 +18,7 @@ impl Store {
     ) -> Result<Vec<QueueHealth>> {
         queues(c, &self.sql)
             .await
-            .map_err(crate::error::Error::db("read the queues' health"))
+            .map_err(Error::db("read the queues' health"))
     }
 
     /// `health_table.sql`: the jobs table's tuples, vacuums and size (`None` if the
@@ -30,7 +30,7 @@ impl Store {
     ) -> Result<Option<TableHealth>> {
         table(c, &self.sql, schema)
             .await
-            .map_err(crate::error::Error::db("read the jobs table's health"))
+            .map_err(Error::db("read the jobs table's health"))
     }
 
     /// `health_blockers.sql`: sessions holding back vacuum's horizon.
@@ -41,13 +41,11 @@ impl Store {
     ) -> Result<Vec<Blocker>> {
         blockers(c, &self.sql, older_than_us)
             .await
-            .map_err(crate::error::Error::db(
-                "read the sessions holding back vacuum",
-            ))
+            .map_err(Error::db("read the sessions holding back vacuum"))
     }
 }
 
-async fn queues<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueHealth>, Error> {
+async fn queues<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueHealth>, PgError> {
     let rows = c.query_typed(&sql.health_queues, &[]).await?;
     rows.iter()
         .map(|r| {
@@ -69,7 +67,7 @@ async fn table<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     schema: &str,
-) -> Result<Option<TableHealth>, Error> {
+) -> Result<Option<TableHealth>, PgError> {
     let Some(r) = c
         .query_typed_opt(&sql.health_table, &[(&schema, Type::TEXT)])
         .await?
@@ -89,7 +87,7 @@ async fn blockers<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     older_than_us: i64,
-) -> Result<Vec<Blocker>, Error> {
+) -> Result<Vec<Blocker>, PgError> {
     let rows = c
         .query_typed(&sql.health_blockers, &[(&older_than_us, Type::INT8)])
         .await?;

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use deadpool_postgres::Object;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Error, GenericClient, Row};
+use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 use super::{job_state, on_conn, Sql, Store};
 use crate::executor::Conn;
@@ -19,7 +19,7 @@ use crate::job::{
 };
 use crate::outcome::Outcome;
 
-type Result<T, E = crate::error::Error> = std::result::Result<T, E>;
+use crate::error::{Error, Result};
 
 impl Store {
     /// `job_insert.sql`: enqueues one job; returns its id.
@@ -61,7 +61,7 @@ impl Store {
             lease_us,
         )
         .await
-        .map_err(crate::error::Error::db("claim jobs"))
+        .map_err(Error::db("claim jobs"))
     }
 
     /// `job_reap.sql`: one reaper round (at most [`REAP_BATCH`] rows of each kind); the
@@ -71,17 +71,17 @@ impl Store {
         let rows = c
             .query_typed(&self.sql.reap, &[(&REAP_BATCH, Type::INT8)])
             .await
-            .map_err(crate::error::Error::db(OP))?;
+            .map_err(Error::db(OP))?;
         rows.iter()
             .map(|r| {
                 let (id, status, attempts) = (|| {
-                    Ok::<_, Error>((
+                    Ok::<_, PgError>((
                         r.try_get("id")?,
                         r.try_get::<_, &str>("status")?,
                         r.try_get("attempts")?,
                     ))
                 })()
-                .map_err(crate::error::Error::db(OP))?;
+                .map_err(Error::db(OP))?;
                 Ok(ReapedJob {
                     id: JobId(id),
                     state: job_state(OP, status)?,
@@ -103,7 +103,7 @@ impl Store {
                 .try_get(0)
         }
         .await
-        .map_err(crate::error::Error::db("take the reaper's lock"))
+        .map_err(Error::db("take the reaper's lock"))
     }
 
     /// `job_get.sql`: one job by id, or `None`.
@@ -116,15 +116,13 @@ impl Store {
         let row = c
             .query_typed_opt(&self.sql.get, &[(&id.0, Type::INT8)])
             .await
-            .map_err(crate::error::Error::db(OP))?;
+            .map_err(Error::db(OP))?;
         let Some(r) = row else {
             return Ok(None);
         };
-        let status: String = r.try_get("status").map_err(crate::error::Error::db(OP))?;
+        let status: String = r.try_get("status").map_err(Error::db(OP))?;
         let state = job_state(OP, &status)?;
-        job_row(&r, state)
-            .map(Some)
-            .map_err(crate::error::Error::db(OP))
+        job_row(&r, state).map(Some).map_err(Error::db(OP))
     }
 
     /// `job_finish_many.sql` on a pooled connection (a prepared statement cached on it when
@@ -138,7 +136,7 @@ impl Store {
         const OP: &str = "write job outcomes";
         let raw = finish_many(&***conn, self.cache(conn), &self.sql, batch)
             .await
-            .map_err(crate::error::Error::db(OP))?;
+            .map_err(Error::db(OP))?;
         raw.into_iter().map(|v| written(OP, v)).collect()
     }
 
@@ -151,7 +149,7 @@ impl Store {
         const OP: &str = "write a job's outcome";
         let raw = finish_many(c, None, &self.sql, std::slice::from_ref(f))
             .await
-            .map_err(crate::error::Error::db(OP))?;
+            .map_err(Error::db(OP))?;
         written(OP, raw.into_iter().next().unwrap_or(Verdict::Lost))
     }
 
@@ -166,7 +164,7 @@ impl Store {
     ) -> Result<Vec<Verdict<()>>> {
         extend_many(&***conn, self.cache(conn), &self.sql, jobs, lease_us)
             .await
-            .map_err(crate::error::Error::db("renew leases"))
+            .map_err(Error::db("renew leases"))
     }
 
     /// `job_extend_many.sql` with a batch of one, as an unnamed statement.
@@ -180,7 +178,7 @@ impl Store {
         extend_many(c, None, &self.sql, &[(id, attempt)], lease_us)
             .await
             .map(|v| v.into_iter().next().unwrap_or(Verdict::Lost))
-            .map_err(crate::error::Error::db("extend a lease"))
+            .map_err(Error::db("extend a lease"))
     }
 
     /// `job_next_run_at.sql`: microseconds until the next queued job of `queue` is due, if
@@ -196,7 +194,7 @@ impl Store {
                 .try_get(0)
         }
         .await
-        .map_err(crate::error::Error::db("look up the next due job"))
+        .map_err(Error::db("look up the next due job"))
     }
 
     /// `job_retry.sql`: makes the jobs `ids` ready again; returns the ids it changed.
@@ -255,7 +253,7 @@ async fn rows<C: GenericClient + Sync>(
     cache: Cache<'_>,
     statement: &str,
     params: &[(&(dyn ToSql + Sync), Type)],
-) -> Result<Vec<Row>, Error> {
+) -> Result<Vec<Row>, PgError> {
     match cache {
         Some(w) => {
             let types: Vec<Type> = params.iter().map(|p| p.1.clone()).collect();
@@ -267,7 +265,11 @@ async fn rows<C: GenericClient + Sync>(
     }
 }
 
-async fn insert<C: GenericClient + Sync>(c: &C, sql: &Sql, j: &EncodedJob) -> Result<JobId, Error> {
+async fn insert<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    j: &EncodedJob,
+) -> Result<JobId, PgError> {
     let row = c
         .query_typed_one(
             &sql.insert,
@@ -289,7 +291,7 @@ async fn insert_many<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     b: &EncodedBatch,
-) -> Result<Vec<JobId>, Error> {
+) -> Result<Vec<JobId>, PgError> {
     if b.len() == 0 {
         return Ok(Vec::new());
     }
@@ -319,7 +321,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     queue: &str,
     limit: i64,
     lease_us: i64,
-) -> Result<Vec<ClaimedJob>, Error> {
+) -> Result<Vec<ClaimedJob>, PgError> {
     let rows = rows(
         c,
         cache,
@@ -340,7 +342,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     Ok(jobs)
 }
 
-fn claimed_job(r: &Row) -> Result<ClaimedJob, Error> {
+fn claimed_job(r: &Row) -> Result<ClaimedJob, PgError> {
     Ok(ClaimedJob {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue")?,
@@ -359,7 +361,7 @@ fn claimed_job(r: &Row) -> Result<ClaimedJob, Error> {
 pub(crate) const REAP_BATCH: i64 = 1_000;
 
 /// A job's row from `job_get.sql`, its status already read as `state`.
-fn job_row(r: &Row, state: JobState) -> Result<JobRow, Error> {
+fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
     Ok(JobRow {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue")?,
@@ -430,8 +432,8 @@ impl Finish {
 fn by_position<T>(
     len: usize,
     rows: &[Row],
-    verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, Error>,
-) -> Result<Vec<Verdict<T>>, Error> {
+    verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, PgError>,
+) -> Result<Vec<Verdict<T>>, PgError> {
     let mut out: Vec<Verdict<T>> = (0..len).map(|_| Verdict::Lost).collect();
     for r in rows {
         let n: i64 = r.try_get("n")?;
@@ -475,7 +477,7 @@ async fn finish_many<C: GenericClient + Sync>(
     cache: Cache<'_>,
     sql: &Sql,
     batch: &[Finish],
-) -> Result<Vec<Verdict<RawWritten>>, Error> {
+) -> Result<Vec<Verdict<RawWritten>>, PgError> {
     if batch.is_empty() {
         return Ok(Vec::new());
     }
@@ -521,7 +523,7 @@ pub(crate) async fn complete<C: GenericClient + Sync>(
     sql: &Sql,
     id: JobId,
     attempt: i32,
-) -> Result<Transition, Error> {
+) -> Result<Transition, PgError> {
     let f = Finish::complete(id, attempt);
     let mut wait = std::time::Duration::from_millis(1);
     for _ in 0..20 {
@@ -546,7 +548,7 @@ async fn extend_many<C: GenericClient + Sync>(
     sql: &Sql,
     jobs: &[(JobId, i32)],
     lease_us: i64,
-) -> Result<Vec<Verdict<()>>, Error> {
+) -> Result<Vec<Verdict<()>>, PgError> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -593,7 +595,7 @@ async fn admin<C: GenericClient + Sync>(
     c: &C,
     statement: &str,
     ids: &[i64],
-) -> Result<Vec<JobId>, Error> {
+) -> Result<Vec<JobId>, PgError> {
     let rows = c
         .query_typed(statement, &[(&ids, Type::INT8_ARRAY)])
         .await?;
@@ -605,7 +607,7 @@ async fn states<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     ids: &[i64],
-) -> Result<Vec<(JobId, String)>, Error> {
+) -> Result<Vec<(JobId, String)>, PgError> {
     let rows = c
         .query_typed(&sql.states, &[(&ids, Type::INT8_ARRAY)])
         .await?;
