@@ -1,11 +1,8 @@
 //! Operator actions on individual jobs: retry now, cancel, delete; on a pooled connection or
 //! through the caller's own connection or transaction.
 
-use tokio_postgres::GenericClient;
-
 use crate::client::Client;
-use crate::db::{self, Sql};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::executor::{Conn, Executor};
 use crate::job::{JobId, JobState};
 
@@ -27,6 +24,7 @@ enum Action {
 }
 
 impl Action {
+    /// What a pool error says the call was about to do.
     fn op(self) -> &'static str {
         match self {
             Action::Retry => "retry jobs",
@@ -92,37 +90,39 @@ impl Client {
         self.admin(Action::Delete, conn.into_conn(), ids).await
     }
 
-    async fn admin(&self, action: Action, conn: Conn<'_>, ids: &[JobId]) -> Result<AdminReport> {
-        let op = action.op();
+    async fn admin(
+        &self,
+        action: Action,
+        mut conn: Conn<'_>,
+        ids: &[JobId],
+    ) -> Result<AdminReport> {
         let mut raw: Vec<i64> = ids.iter().map(|id| id.0).collect();
         raw.sort_unstable();
         raw.dedup();
         if raw.is_empty() {
             return Ok(AdminReport::default());
         }
-        let sql = self.sql();
-        let statement = match action {
-            Action::Retry => &sql.retry,
-            Action::Cancel => &sql.cancel,
-            Action::Delete => &sql.delete,
+        let store = self.store();
+        let mut changed = match action {
+            Action::Retry => store.job_retry(conn.reborrow(), &raw).await?,
+            Action::Cancel => store.job_cancel(conn.reborrow(), &raw).await?,
+            Action::Delete => store.job_delete(conn.reborrow(), &raw).await?,
         };
-        // The ids changed, and the states of the others (read in the same connection, so
-        // that a transaction sees its own changes).
-        let (changed, states) = match conn {
-            Conn::TokioClient(c) => tokio_admin(c, sql, statement, &raw)
-                .await
-                .map_err(Error::db(op))?,
-            Conn::TokioTx(t) => tokio_admin(t, sql, statement, &raw)
-                .await
-                .map_err(Error::db(op))?,
-            #[cfg(feature = "sqlx-0_8")]
-            Conn::Sqlx(c) => sqlx_admin(c, sql, statement, &raw)
-                .await
-                .map_err(|source| Error::Sqlx { op, source })?,
-        };
-        let unchanged = raw
-            .into_iter()
+        changed.sort_unstable();
+        let rest: Vec<i64> = raw
+            .iter()
+            .copied()
             .filter(|id| changed.binary_search(&JobId(*id)).is_err())
+            .collect();
+        // The states of the others, read in the same connection, so that a transaction sees
+        // its own changes.
+        let states = if rest.is_empty() {
+            Vec::new()
+        } else {
+            store.job_states(conn, &rest).await?
+        };
+        let unchanged = rest
+            .into_iter()
             .map(|id| {
                 let state = states.iter().find(|(j, _)| j.0 == id).map(|(_, s)| *s);
                 (JobId(id), state)
@@ -130,48 +130,4 @@ impl Client {
             .collect();
         Ok(AdminReport { changed, unchanged })
     }
-}
-
-type Changes = (Vec<JobId>, Vec<(JobId, JobState)>);
-
-/// The ids of `raw` not in `changed` (sorted here).
-fn rest(raw: &[i64], changed: &mut [JobId]) -> Vec<i64> {
-    changed.sort_unstable();
-    raw.iter()
-        .copied()
-        .filter(|id| changed.binary_search(&JobId(*id)).is_err())
-        .collect()
-}
-
-async fn tokio_admin<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    statement: &str,
-    raw: &[i64],
-) -> std::result::Result<Changes, tokio_postgres::Error> {
-    let mut changed = db::job::admin(c, statement, raw).await?;
-    let rest = rest(raw, &mut changed);
-    let states = if rest.is_empty() {
-        Vec::new()
-    } else {
-        db::job::states(c, sql, &rest).await?
-    };
-    Ok((changed, states))
-}
-
-#[cfg(feature = "sqlx-0_8")]
-async fn sqlx_admin(
-    c: &mut sqlx::PgConnection,
-    sql: &Sql,
-    statement: &str,
-    raw: &[i64],
-) -> std::result::Result<Changes, sqlx::Error> {
-    let mut changed = db::sqlx::admin(c, statement, raw).await?;
-    let rest = rest(raw, &mut changed);
-    let states = if rest.is_empty() {
-        Vec::new()
-    } else {
-        db::sqlx::states(c, sql, &rest).await?
-    };
-    Ok((changed, states))
 }

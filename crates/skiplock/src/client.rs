@@ -8,9 +8,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use crate::db::job::{Finish, Verdict, Written};
 use crate::tls::{Connector, TlsSettings};
 
-use crate::db::{self, Sql, Statement};
+use crate::db::{self, Sql, Statement, Store};
 use crate::error::{Error, Result};
-use crate::executor::{Conn, Executor};
+use crate::executor::Executor;
 use crate::input;
 use crate::job::{
     ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
@@ -122,9 +122,9 @@ pub struct Client {
 struct Inner {
     pool: Pool,
     schema: Schema,
-    sql: Sql,
+    /// Every statement, for this schema and these settings.
+    store: Store,
     max_payload_bytes: usize,
-    prepared_statements: bool,
     /// The connection settings, when known (not for a client built from a pool): workers
     /// open their LISTEN connection with them.
     config: Option<tokio_postgres::Config>,
@@ -281,15 +281,17 @@ impl ClientBuilder {
         };
         Ok(Client {
             inner: Arc::new(Inner {
-                sql: if self.unfenced {
-                    Sql::unfenced(&schema)
-                } else {
-                    Sql::new(&schema)
-                },
+                store: Store::new(
+                    if self.unfenced {
+                        Sql::unfenced(&schema)
+                    } else {
+                        Sql::new(&schema)
+                    },
+                    self.prepared_statements,
+                ),
                 schema,
                 pool,
                 max_payload_bytes: self.max_payload_bytes,
-                prepared_statements: self.prepared_statements,
                 config,
                 connector,
             }),
@@ -336,6 +338,11 @@ fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
         queue: String::new(),
         outcome,
     }
+}
+
+/// Whether `e` is the database refusing a text it cannot store in its encoding.
+fn is_encoding(e: &Error) -> bool {
+    matches!(e, Error::Database { source, .. } if is_encoding_error(source))
 }
 
 /// Whether `e` is the database refusing a text it cannot store in its encoding.
@@ -465,9 +472,8 @@ impl Client {
                     Some(DEFAULT_POOL_WAIT_TIMEOUT),
                 )?,
                 schema: i.schema.clone(),
-                sql: i.sql.clone(),
+                store: i.store.clone(),
                 max_payload_bytes: i.max_payload_bytes,
-                prepared_statements: i.prepared_statements,
                 config: i.config.clone(),
                 connector: i.connector.clone(),
             }),
@@ -480,16 +486,15 @@ impl Client {
         &self.inner.connector
     }
 
-    /// The statement cache to use on `conn`, if prepared statements are on.
-    pub(crate) fn cache<'a>(
-        &self,
-        conn: &'a deadpool_postgres::Object,
-    ) -> crate::db::job::Cache<'a> {
-        self.inner.prepared_statements.then_some(&**conn)
+    /// Every statement the client runs, one method each.
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
     }
 
+    /// The rendered statements, for the code that binds some itself (the benchmark, the
+    /// lab, the pruner).
     pub(crate) fn sql(&self) -> &Sql {
-        &self.inner.sql
+        self.inner.store.sql()
     }
 
     pub(crate) async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
@@ -502,7 +507,7 @@ impl Client {
 
     /// The SQL text of a statement, as this client sends it (schema filled in).
     pub fn statement(&self, statement: Statement) -> &str {
-        self.inner.sql.get(statement)
+        self.inner.store.sql().get(statement)
     }
 
     /// Creates or upgrades the schema (see [`migrate`](crate::migrate())).
@@ -514,21 +519,15 @@ impl Client {
 
     /// The server's version string (`SHOW server_version`).
     pub async fn server_version(&self) -> Result<String> {
-        const OP: &str = "read the server version";
-        let conn = self.conn(OP).await?;
-        conn.query_one(&self.inner.sql.server_version, &[])
-            .await
-            .and_then(|r| r.try_get(0))
-            .map_err(Error::db(OP))
+        let conn = self.conn("read the server version").await?;
+        self.store().server_version(&conn).await
     }
 
     /// Drops the schema and everything in it: jobs, archive, migrations record. For scratch
     /// schemas (the lab, the demo, tests); there is no undo.
     pub async fn drop_schema(&self) -> Result<()> {
         let conn = self.conn("drop the schema").await?;
-        conn.batch_execute(&self.inner.sql.schema_drop)
-            .await
-            .map_err(Error::db("drop the schema"))
+        self.store().schema_drop(&**conn).await
     }
 
     // ---- Enqueue -------------------------------------------------------------------------
@@ -537,9 +536,7 @@ impl Client {
     pub async fn enqueue(&self, job: &NewJob) -> Result<JobId> {
         let j = job.encode(self.inner.max_payload_bytes)?;
         let conn = self.conn("enqueue a job").await?;
-        db::job::insert(&**conn, &self.inner.sql, &j)
-            .await
-            .map_err(Error::db("enqueue a job"))
+        self.store().job_insert((&**conn).into_conn(), &j).await
     }
 
     /// Enqueues one job through the caller's connection or transaction (see [`Executor`]).
@@ -548,16 +545,7 @@ impl Client {
     /// transaction commits; a rollback removes both. Workers never see it before.
     pub async fn enqueue_tx<'c>(&self, conn: impl Executor<'c>, job: &NewJob) -> Result<JobId> {
         let j = job.encode(self.inner.max_payload_bytes)?;
-        let sql = &self.inner.sql;
-        const OP: &str = "enqueue a job";
-        match conn.into_conn() {
-            Conn::TokioClient(c) => db::job::insert(c, sql, &j).await.map_err(Error::db(OP)),
-            Conn::TokioTx(t) => db::job::insert(t, sql, &j).await.map_err(Error::db(OP)),
-            #[cfg(feature = "sqlx-0_8")]
-            Conn::Sqlx(c) => db::sqlx::insert(c, sql, &j)
-                .await
-                .map_err(|source| Error::Sqlx { op: OP, source }),
-        }
+        self.store().job_insert(conn.into_conn(), &j).await
     }
 
     /// Enqueues many jobs in one statement (one array per column, so thousands per call).
@@ -570,9 +558,9 @@ impl Client {
             return Ok(Vec::new());
         }
         let conn = self.conn("enqueue jobs").await?;
-        db::job::insert_many(&**conn, &self.inner.sql, &b)
+        self.store()
+            .job_insert_many((&**conn).into_conn(), &b)
             .await
-            .map_err(Error::db("enqueue jobs"))
     }
 
     /// [`Client::enqueue_many`] through the caller's connection or transaction.
@@ -582,20 +570,7 @@ impl Client {
         jobs: &[NewJob],
     ) -> Result<Vec<JobId>> {
         let b = EncodedBatch::encode(jobs, self.inner.max_payload_bytes)?;
-        let sql = &self.inner.sql;
-        const OP: &str = "enqueue jobs";
-        match conn.into_conn() {
-            Conn::TokioClient(c) => db::job::insert_many(c, sql, &b)
-                .await
-                .map_err(Error::db(OP)),
-            Conn::TokioTx(t) => db::job::insert_many(t, sql, &b)
-                .await
-                .map_err(Error::db(OP)),
-            #[cfg(feature = "sqlx-0_8")]
-            Conn::Sqlx(c) => db::sqlx::insert_many(c, sql, &b)
-                .await
-                .map_err(|source| Error::Sqlx { op: OP, source }),
-        }
+        self.store().job_insert_many(conn.into_conn(), &b).await
     }
 
     // ---- Lifecycle -----------------------------------------------------------------------
@@ -613,16 +588,9 @@ impl Client {
             return Ok(Vec::new());
         }
         let conn = self.conn("claim jobs").await?;
-        db::job::claim(
-            &**conn,
-            self.cache(&conn),
-            &self.inner.sql,
-            queue,
-            i64::from(limit),
-            lease_us,
-        )
-        .await
-        .map_err(Error::db("claim jobs"))
+        self.store()
+            .job_claim(&conn, queue, i64::from(limit), lease_us)
+            .await
     }
 
     /// Marks a job done, if it is still `running` with this `attempt`.
@@ -678,17 +646,16 @@ impl Client {
         let deadline = tokio::time::Instant::now() + BUSY_GIVE_UP;
         let mut escaped = false;
         loop {
-            let batch = std::slice::from_ref(&f);
-            let verdict = match db::job::finish_many(&**conn, None, &self.inner.sql, batch).await {
-                Ok(v) => v.into_iter().next().unwrap_or(Verdict::Lost),
-                Err(e) if !escaped && is_encoding_error(&e) => {
+            let verdict = match self.store().job_finish_one(&**conn, &f).await {
+                Ok(v) => v,
+                Err(e) if !escaped && is_encoding(&e) => {
                     escaped = true;
                     if let Some(error) = f.outcome.error_mut() {
                         *error = db::job::ascii_escaped(error);
                     }
                     continue;
                 }
-                Err(e) => return Err(Error::db(op)(e)),
+                Err(e) => return Err(e),
             };
             if !verdict.is_busy() {
                 return Ok(verdict);
@@ -712,14 +679,11 @@ impl Client {
         let mut busy_wait = BUSY_FIRST_WAIT;
         let deadline = tokio::time::Instant::now() + BUSY_GIVE_UP;
         loop {
-            let verdict =
-                db::job::extend_many(&**conn, None, &self.inner.sql, &[(id, attempt)], lease_us)
-                    .await
-                    .map_err(Error::db(OP))?
-                    .into_iter()
-                    .next()
-                    .unwrap_or(Verdict::Lost);
-            match verdict {
+            match self
+                .store()
+                .job_extend_one(&**conn, id, attempt, lease_us)
+                .await?
+            {
                 Verdict::Applied(()) => return Ok(Transition::Applied),
                 Verdict::Lost => return Ok(Transition::Lost),
                 Verdict::Busy => {}
@@ -742,9 +706,7 @@ impl Client {
         let conn = self.conn(OP).await?;
         let mut all = Vec::new();
         for _ in 0..MAX_REAP_ROUNDS {
-            let round = db::job::reap(&**conn, &self.inner.sql)
-                .await
-                .map_err(Error::db(OP))?;
+            let round = self.store().job_reap(&**conn).await?;
             let full = round.len() >= usize::try_from(db::job::REAP_BATCH).unwrap_or(usize::MAX);
             all.extend(round);
             if !full {
@@ -757,8 +719,6 @@ impl Client {
     /// One job by id, or `None`.
     pub async fn get(&self, id: JobId) -> Result<Option<JobRow>> {
         let conn = self.conn("read a job").await?;
-        db::job::get(&**conn, &self.inner.sql, id)
-            .await
-            .map_err(Error::db("read a job"))
+        self.store().job_get(&**conn, id).await
     }
 }

@@ -38,6 +38,17 @@ pub enum Error {
         source: tokio_postgres::Error,
     },
 
+    /// A value read from the database is not one this skiplock knows while doing `op`, for
+    /// example a job status other than the four states (a schema changed by hand, or by a
+    /// newer skiplock). The message shows the value.
+    #[error("could not {op}: {detail}")]
+    Decode {
+        /// What we were doing.
+        op: &'static str,
+        /// What was read, and why it was refused.
+        detail: String,
+    },
+
     /// Another session kept the job's row locked for seconds while doing `op` (a manual
     /// [`Client::complete`](crate::Client::complete), [`fail`](crate::Client::fail) or
     /// [`extend`](crate::Client::extend)). Nothing was written; the call may be repeated.
@@ -112,6 +123,12 @@ impl Error {
     /// A closure mapping a driver error to [`Error::Database`] for `op`.
     pub(crate) fn db(op: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Self {
         move |source| Error::Database { op, source }
+    }
+
+    /// A closure mapping an sqlx error to [`Error::Sqlx`] for `op`.
+    #[cfg(feature = "sqlx-0_8")]
+    pub(crate) fn sqlx(op: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
+        move |source| Error::Sqlx { op, source }
     }
 
     /// Whether the input was refused before any SQL ran.

@@ -38,6 +38,18 @@ pub enum Conn<'c> {
     Sqlx(&'c mut sqlx::PgConnection),
 }
 
+impl Conn<'_> {
+    /// The same connection, borrowed for one statement (so that a call can run several).
+    pub(crate) fn reborrow(&mut self) -> Conn<'_> {
+        match self {
+            Conn::TokioClient(c) => Conn::TokioClient(c),
+            Conn::TokioTx(t) => Conn::TokioTx(t),
+            #[cfg(feature = "sqlx-0_8")]
+            Conn::Sqlx(c) => Conn::Sqlx(c),
+        }
+    }
+}
+
 impl sealed::Sealed for &tokio_postgres::Client {}
 impl<'c> Executor<'c> for &'c tokio_postgres::Client {
     fn into_conn(self) -> Conn<'c> {

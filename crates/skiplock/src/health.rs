@@ -4,8 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::client::Client;
-use crate::db;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::input;
 
 /// One queue's counts.
@@ -113,16 +112,10 @@ impl Client {
         const OP: &str = "read the queue's health";
         let older_than_us = input::micros("blocker age", blocker_age)?;
         let conn = self.conn(OP).await?;
-        let sql = self.sql();
-        let queues = db::health::queues(&**conn, sql)
-            .await
-            .map_err(Error::db(OP))?;
-        let table = db::health::table(&**conn, sql, self.schema().name())
-            .await
-            .map_err(Error::db(OP))?;
-        let blockers = db::health::blockers(&**conn, sql, older_than_us)
-            .await
-            .map_err(Error::db(OP))?;
+        let store = self.store();
+        let queues = store.health_queues(&**conn).await?;
+        let table = store.health_table(&**conn, self.schema().name()).await?;
+        let blockers = store.health_blockers(&**conn, older_than_us).await?;
         let mut warnings: Vec<String> = blockers.iter().map(Blocker::warning).collect();
         if let Some(t) = &table {
             if t.n_dead_tup > 10_000 && t.n_dead_tup > t.n_live_tup {

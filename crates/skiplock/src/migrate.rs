@@ -6,9 +6,7 @@
 //! migrating at once serialise (the second finds nothing left to do), and a failure leaves
 //! the schema as it was. Applied versions are recorded in `<schema>.schema_migrations`.
 
-use tokio_postgres::GenericClient;
-
-use crate::db::{self, Sql};
+use crate::db::{self, Sql, Store};
 use crate::error::{Error, Result};
 use crate::executor::Conn;
 use crate::schema::Schema;
@@ -76,64 +74,44 @@ pub async fn migrate(
     conn: &mut tokio_postgres::Client,
     schema: &Schema,
 ) -> Result<MigrationReport> {
-    let sql = Sql::new(schema);
-    let tx = conn
-        .transaction()
-        .await
-        .map_err(Error::db("begin the migration transaction"))?;
-    db::migrate::unlimit(&tx, &sql)
-        .await
-        .map_err(Error::db("begin the migration transaction"))?;
-    let report = run(&mut Tokio(&tx), schema, &sql).await?;
-    tx.commit()
-        .await
-        .map_err(Error::db("commit the migration"))?;
+    let store = Store::new(Sql::new(schema), false);
+    let tx = store.schema_begin(conn).await?;
+    let report = run(&store, Conn::TokioTx(&tx), schema).await?;
+    store.schema_commit(tx).await?;
     Ok(logged(schema, report))
 }
 
 /// [`migrate`] through a caller's connection or transaction (see
 /// [`Client::migrate_tx`](crate::Client::migrate_tx)).
 pub(crate) async fn migrate_in(conn: Conn<'_>, schema: &Schema) -> Result<MigrationReport> {
-    let sql = Sql::new(schema);
+    let store = Store::new(Sql::new(schema), false);
     let report = match conn {
-        Conn::TokioTx(t) => run(&mut Tokio(t), schema, &sql).await?,
+        Conn::TokioTx(t) => run(&store, Conn::TokioTx(t), schema).await?,
         Conn::TokioClient(c) => {
             // A plain connection: a transaction of our own, as `migrate` opens.
-            const OP: &str = "begin the migration transaction";
-            c.batch_execute("BEGIN").await.map_err(Error::db(OP))?;
+            store.schema_begin_on(c).await?;
             let done = async {
-                db::migrate::unlimit(c, &sql).await.map_err(Error::db(OP))?;
-                run(&mut Tokio(c), schema, &sql).await
+                store.schema_unlimit(c).await?;
+                run(&store, Conn::TokioClient(c), schema).await
             }
             .await;
             match done {
                 Ok(report) => {
-                    c.batch_execute("COMMIT")
-                        .await
-                        .map_err(Error::db("commit the migration"))?;
+                    store.schema_commit_on(c).await?;
                     report
                 }
                 Err(e) => {
-                    // The error that matters is the migration's; a failed ROLLBACK leaves
-                    // a broken connection the caller will see on its next use.
-                    let _ = c.batch_execute("ROLLBACK").await;
+                    store.schema_rollback_on(c).await;
                     return Err(e);
                 }
             }
         }
         #[cfg(feature = "sqlx-0_8")]
         Conn::Sqlx(c) => {
-            use sqlx::Connection as _;
             // A transaction on a plain connection, a savepoint inside the caller's.
-            let mut tx = c.begin().await.map_err(|source| Error::Sqlx {
-                op: "begin the migration transaction",
-                source,
-            })?;
-            let report = run(&mut Sqlx(&mut tx), schema, &sql).await?;
-            tx.commit().await.map_err(|source| Error::Sqlx {
-                op: "commit the migration",
-                source,
-            })?;
+            let mut tx = db::schema::begin_sqlx(c).await?;
+            let report = run(&store, Conn::Sqlx(&mut tx), schema).await?;
+            db::schema::commit_sqlx(tx).await?;
             report
         }
     };
@@ -147,113 +125,13 @@ fn logged(schema: &Schema, report: MigrationReport) -> MigrationReport {
     report
 }
 
-/// The statements of a migration, on either driver, inside a transaction the caller of
-/// [`run`] owns.
-trait Link {
-    async fn batch(&mut self, sql: &str, op: &'static str) -> Result<()>;
-    async fn exists(&mut self, sql: &Sql, schema: &str) -> Result<bool>;
-    async fn version(&mut self, sql: &Sql) -> Result<i32>;
-    async fn lock(&mut self, sql: &Sql, key: i64) -> Result<()>;
-    /// Applies one migration and records it.
-    async fn apply(&mut self, sql: &Sql, m: &Migration, text: &str) -> Result<()>;
-}
-
-struct Tokio<'a, C>(&'a C);
-
-impl<C: GenericClient + Sync> Link for Tokio<'_, C> {
-    async fn batch(&mut self, sql: &str, op: &'static str) -> Result<()> {
-        self.0.batch_execute(sql).await.map_err(Error::db(op))
-    }
-    async fn exists(&mut self, sql: &Sql, schema: &str) -> Result<bool> {
-        db::migrate::exists(self.0, sql, schema)
-            .await
-            .map_err(Error::db("read the schema version"))
-    }
-    async fn version(&mut self, sql: &Sql) -> Result<i32> {
-        db::migrate::version(self.0, sql)
-            .await
-            .map_err(Error::db("read the schema version"))
-    }
-    async fn lock(&mut self, sql: &Sql, key: i64) -> Result<()> {
-        db::migrate::lock(self.0, sql, key)
-            .await
-            .map_err(Error::db("take the migration lock"))
-    }
-    async fn apply(&mut self, sql: &Sql, m: &Migration, text: &str) -> Result<()> {
-        let wrap = |source| Error::Migration {
-            version: m.version,
-            name: m.name,
-            source,
-        };
-        self.0.batch_execute(text).await.map_err(wrap)?;
-        db::migrate::record(self.0, sql, m.version, m.name)
-            .await
-            .map_err(wrap)
-    }
-}
-
-#[cfg(feature = "sqlx-0_8")]
-struct Sqlx<'a>(&'a mut sqlx::PgConnection);
-
-#[cfg(feature = "sqlx-0_8")]
-impl Link for Sqlx<'_> {
-    async fn batch(&mut self, sql: &str, op: &'static str) -> Result<()> {
-        sqlx::raw_sql(sql)
-            .execute(&mut *self.0)
-            .await
-            .map(drop)
-            .map_err(|source| Error::Sqlx { op, source })
-    }
-    async fn exists(&mut self, sql: &Sql, schema: &str) -> Result<bool> {
-        sqlx::query_scalar(&sql.schema_exists)
-            .bind(schema)
-            .fetch_one(&mut *self.0)
-            .await
-            .map_err(|source| Error::Sqlx {
-                op: "read the schema version",
-                source,
-            })
-    }
-    async fn version(&mut self, sql: &Sql) -> Result<i32> {
-        sqlx::query_scalar(&sql.schema_version)
-            .fetch_one(&mut *self.0)
-            .await
-            .map_err(|source| Error::Sqlx {
-                op: "read the schema version",
-                source,
-            })
-    }
-    async fn lock(&mut self, sql: &Sql, key: i64) -> Result<()> {
-        sqlx::query(&sql.schema_lock)
-            .bind(key)
-            .execute(&mut *self.0)
-            .await
-            .map(drop)
-            .map_err(|source| Error::Sqlx {
-                op: "take the migration lock",
-                source,
-            })
-    }
-    async fn apply(&mut self, sql: &Sql, m: &Migration, text: &str) -> Result<()> {
-        const OP: &str = "apply a migration";
-        self.batch(text, OP).await?;
-        sqlx::query(&sql.schema_record)
-            .bind(m.version)
-            .bind(m.name)
-            .execute(&mut *self.0)
-            .await
-            .map(drop)
-            .map_err(|source| Error::Sqlx { op: OP, source })
-    }
-}
-
 /// The migration itself, inside a transaction the caller begins and commits.
-async fn run(l: &mut impl Link, schema: &Schema, sql: &Sql) -> Result<MigrationReport> {
+async fn run(store: &Store, mut conn: Conn<'_>, schema: &Schema) -> Result<MigrationReport> {
     // Nothing to do is found without the lock or any DDL (CREATE ... IF NOT EXISTS checks
     // the CREATE privilege even when the object exists): a role that may only use the
     // queue can run `migrate` on a current schema.
-    if l.exists(sql, schema.name()).await? {
-        let from = l.version(sql).await?;
+    if store.schema_exists(conn.reborrow(), schema.name()).await? {
+        let from = store.schema_version(conn.reborrow()).await?;
         if from == latest_version() {
             return Ok(MigrationReport {
                 from,
@@ -262,13 +140,9 @@ async fn run(l: &mut impl Link, schema: &Schema, sql: &Sql) -> Result<MigrationR
             });
         }
     }
-    l.lock(sql, lock_key(schema)).await?;
-    l.batch(
-        &sql.schema_bootstrap,
-        "create the schema and its migrations table",
-    )
-    .await?;
-    let from = l.version(sql).await?;
+    store.schema_lock(conn.reborrow(), lock_key(schema)).await?;
+    store.schema_bootstrap(conn.reborrow()).await?;
+    let from = store.schema_version(conn.reborrow()).await?;
     let known = latest_version();
     if from > known {
         return Err(Error::SchemaTooNew {
@@ -279,7 +153,9 @@ async fn run(l: &mut impl Link, schema: &Schema, sql: &Sql) -> Result<MigrationR
     }
     let mut applied = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version > from) {
-        l.apply(sql, m, &db::render(m.sql, schema)).await?;
+        store
+            .schema_apply(conn.reborrow(), m, &db::render(m.sql, schema))
+            .await?;
         applied.push((m.version, m.name));
     }
     Ok(MigrationReport {
@@ -297,4 +173,27 @@ pub(crate) fn lock_key(schema: &Schema) -> i64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     i64::from_ne_bytes(h.to_ne_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Migrations can run in a spawned task: their futures are `Send` on every driver (the
+    /// check is that this compiles).
+    #[allow(dead_code)]
+    fn migrations_are_send(
+        mut a: tokio_postgres::Client,
+        b: tokio_postgres::Client,
+        #[cfg(feature = "sqlx-0_8")] mut c: sqlx::PgConnection,
+        schema: Schema,
+    ) {
+        fn spawnable<T: Send + 'static>(_: T) {}
+        let s = schema.clone();
+        spawnable(async move { migrate(&mut a, &s).await });
+        let s = schema.clone();
+        spawnable(async move { migrate_in(Conn::TokioClient(&b), &s).await });
+        #[cfg(feature = "sqlx-0_8")]
+        spawnable(async move { migrate_in(Conn::Sqlx(&mut c), &schema).await });
+    }
 }

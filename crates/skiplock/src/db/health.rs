@@ -3,15 +3,49 @@
 use std::time::SystemTime;
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Error, GenericClient};
+use tokio_postgres::{Error as PgError, GenericClient};
 
-use super::Sql;
+use super::{Sql, Store};
 use crate::health::{Blocker, QueueHealth, TableHealth};
 
-pub(crate) async fn queues<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-) -> Result<Vec<QueueHealth>, Error> {
+use crate::error::{Error, Result};
+
+impl Store {
+    /// `health_queues.sql`: per queue and state, counts and the oldest ready job's age.
+    pub(crate) async fn health_queues<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+    ) -> Result<Vec<QueueHealth>> {
+        queues(c, &self.sql)
+            .await
+            .map_err(Error::db("read the queues' health"))
+    }
+
+    /// `health_table.sql`: the jobs table's tuples, vacuums and size (`None` if the
+    /// statistics views do not list it yet).
+    pub(crate) async fn health_table<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        schema: &str,
+    ) -> Result<Option<TableHealth>> {
+        table(c, &self.sql, schema)
+            .await
+            .map_err(Error::db("read the jobs table's health"))
+    }
+
+    /// `health_blockers.sql`: sessions holding back vacuum's horizon.
+    pub(crate) async fn health_blockers<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        older_than_us: i64,
+    ) -> Result<Vec<Blocker>> {
+        blockers(c, &self.sql, older_than_us)
+            .await
+            .map_err(Error::db("read the sessions holding back vacuum"))
+    }
+}
+
+async fn queues<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueHealth>, PgError> {
     let rows = c.query_typed(&sql.health_queues, &[]).await?;
     rows.iter()
         .map(|r| {
@@ -29,11 +63,11 @@ pub(crate) async fn queues<C: GenericClient + Sync>(
         .collect()
 }
 
-pub(crate) async fn table<C: GenericClient + Sync>(
+async fn table<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     schema: &str,
-) -> Result<Option<TableHealth>, Error> {
+) -> Result<Option<TableHealth>, PgError> {
     let Some(r) = c
         .query_typed_opt(&sql.health_table, &[(&schema, Type::TEXT)])
         .await?
@@ -49,11 +83,11 @@ pub(crate) async fn table<C: GenericClient + Sync>(
     }))
 }
 
-pub(crate) async fn blockers<C: GenericClient + Sync>(
+async fn blockers<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     older_than_us: i64,
-) -> Result<Vec<Blocker>, Error> {
+) -> Result<Vec<Blocker>, PgError> {
     let rows = c
         .query_typed(&sql.health_blockers, &[(&older_than_us, Type::INT8)])
         .await?;

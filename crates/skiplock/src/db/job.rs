@@ -1,19 +1,247 @@
-//! The job lifecycle statements, bound and decoded for tokio-postgres.
+//! The job lifecycle statements, bound and decoded for tokio-postgres, and the [`Store`]
+//! methods that run them.
 //!
 //! Every call uses an unnamed statement with its parameter types given (`query_typed`): one
 //! round trip, and no named prepared statements, so it also works through PgBouncer in
-//! transaction mode.
+//! transaction mode. The exceptions are the hot path's claims, outcome writes and
+//! heartbeats on a pooled connection of a client with prepared statements on.
 
 use std::time::SystemTime;
 
+use deadpool_postgres::Object;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Error, GenericClient, Row};
+use tokio_postgres::{Error as PgError, GenericClient, Row};
 
-use super::Sql;
+use super::{job_state, on_conn, Sql, Store};
+use crate::executor::Conn;
 use crate::job::{
     ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob, Transition,
 };
 use crate::outcome::Outcome;
+
+use crate::error::{Error, Result};
+
+impl Store {
+    /// `job_insert.sql`: enqueues one job; returns its id.
+    pub(crate) async fn job_insert(&self, conn: Conn<'_>, j: &EncodedJob) -> Result<JobId> {
+        on_conn!(conn, "enqueue a job",
+            |c| insert(c, &self.sql, j),
+            sqlx: super::sqlx::insert(c, &self.sql, j),
+        )
+    }
+
+    /// `job_insert_many.sql`: enqueues many jobs in one statement; returns their ids in
+    /// input order.
+    pub(crate) async fn job_insert_many(
+        &self,
+        conn: Conn<'_>,
+        b: &EncodedBatch,
+    ) -> Result<Vec<JobId>> {
+        on_conn!(conn, "enqueue jobs",
+            |c| insert_many(c, &self.sql, b),
+            sqlx: super::sqlx::insert_many(c, &self.sql, b),
+        )
+    }
+
+    /// `job_claim.sql`: claims up to `limit` ready jobs of `queue` on a pooled connection
+    /// (a prepared statement cached on it when prepared statements are on), in claim order.
+    pub(crate) async fn job_claim(
+        &self,
+        conn: &Object,
+        queue: &str,
+        limit: i64,
+        lease_us: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        claim(
+            &***conn,
+            self.cache(conn),
+            &self.sql,
+            queue,
+            limit,
+            lease_us,
+        )
+        .await
+        .map_err(Error::db("claim jobs"))
+    }
+
+    /// `job_reap.sql`: one reaper round (at most [`REAP_BATCH`] rows of each kind); the
+    /// caller repeats while a round comes back full.
+    pub(crate) async fn job_reap<C: GenericClient + Sync>(&self, c: &C) -> Result<Vec<ReapedJob>> {
+        const OP: &str = "reap expired leases";
+        let rows = c
+            .query_typed(&self.sql.reap, &[(&REAP_BATCH, Type::INT8)])
+            .await
+            .map_err(Error::db(OP))?;
+        rows.iter()
+            .map(|r| {
+                let (id, status, attempts) = (|| {
+                    Ok::<_, PgError>((
+                        r.try_get("id")?,
+                        r.try_get::<_, &str>("status")?,
+                        r.try_get("attempts")?,
+                    ))
+                })()
+                .map_err(Error::db(OP))?;
+                Ok(ReapedJob {
+                    id: JobId(id),
+                    state: job_state(OP, status)?,
+                    attempts,
+                })
+            })
+            .collect()
+    }
+
+    /// `reaper_try_lock.sql`: tries the reaper's advisory lock for the current transaction.
+    pub(crate) async fn reaper_try_lock<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        key: i64,
+    ) -> Result<bool> {
+        async {
+            c.query_typed_one(&self.sql.reaper_try_lock, &[(&key, Type::INT8)])
+                .await?
+                .try_get(0)
+        }
+        .await
+        .map_err(Error::db("take the reaper's lock"))
+    }
+
+    /// `job_get.sql`: one job by id, or `None`.
+    pub(crate) async fn job_get<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        id: JobId,
+    ) -> Result<Option<JobRow>> {
+        const OP: &str = "read a job";
+        let row = c
+            .query_typed_opt(&self.sql.get, &[(&id.0, Type::INT8)])
+            .await
+            .map_err(Error::db(OP))?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let status: String = r.try_get("status").map_err(Error::db(OP))?;
+        let state = job_state(OP, &status)?;
+        job_row(&r, state).map(Some).map_err(Error::db(OP))
+    }
+
+    /// `job_finish_many.sql` on a pooled connection (a prepared statement cached on it when
+    /// prepared statements are on): writes many outcomes; one verdict per element of
+    /// `batch`, in its order.
+    pub(crate) async fn job_finish_many(
+        &self,
+        conn: &Object,
+        batch: &[Finish],
+    ) -> Result<Vec<Verdict<Written>>> {
+        const OP: &str = "write job outcomes";
+        let raw = finish_many(&***conn, self.cache(conn), &self.sql, batch)
+            .await
+            .map_err(Error::db(OP))?;
+        raw.into_iter().map(|v| written(OP, v)).collect()
+    }
+
+    /// `job_finish_many.sql` with a batch of one, as an unnamed statement.
+    pub(crate) async fn job_finish_one<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        f: &Finish,
+    ) -> Result<Verdict<Written>> {
+        const OP: &str = "write a job's outcome";
+        let raw = finish_many(c, None, &self.sql, std::slice::from_ref(f))
+            .await
+            .map_err(Error::db(OP))?;
+        written(OP, raw.into_iter().next().unwrap_or(Verdict::Lost))
+    }
+
+    /// `job_extend_many.sql` on a pooled connection (a prepared statement cached on it
+    /// when prepared statements are on): renews many leases; one verdict per element of
+    /// `jobs`, in its order.
+    pub(crate) async fn job_extend_many(
+        &self,
+        conn: &Object,
+        jobs: &[(JobId, i32)],
+        lease_us: i64,
+    ) -> Result<Vec<Verdict<()>>> {
+        extend_many(&***conn, self.cache(conn), &self.sql, jobs, lease_us)
+            .await
+            .map_err(Error::db("renew leases"))
+    }
+
+    /// `job_extend_many.sql` with a batch of one, as an unnamed statement.
+    pub(crate) async fn job_extend_one<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        id: JobId,
+        attempt: i32,
+        lease_us: i64,
+    ) -> Result<Verdict<()>> {
+        extend_many(c, None, &self.sql, &[(id, attempt)], lease_us)
+            .await
+            .map(|v| v.into_iter().next().unwrap_or(Verdict::Lost))
+            .map_err(Error::db("extend a lease"))
+    }
+
+    /// `job_next_run_at.sql`: microseconds until the next queued job of `queue` is due, if
+    /// any is queued.
+    pub(crate) async fn job_next_run_at<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        queue: &str,
+    ) -> Result<Option<i64>> {
+        async {
+            c.query_typed_one(&self.sql.next_run_at, &[(&queue, Type::TEXT)])
+                .await?
+                .try_get(0)
+        }
+        .await
+        .map_err(Error::db("look up the next due job"))
+    }
+
+    /// `job_retry.sql`: makes the jobs `ids` ready again; returns the ids it changed.
+    pub(crate) async fn job_retry(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Vec<JobId>> {
+        self.admin(conn, &self.sql.retry, "retry jobs", ids).await
+    }
+
+    /// `job_cancel.sql`: cancels the jobs `ids`; returns the ids it changed.
+    pub(crate) async fn job_cancel(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Vec<JobId>> {
+        self.admin(conn, &self.sql.cancel, "cancel jobs", ids).await
+    }
+
+    /// `job_delete.sql`: deletes the jobs `ids` that are not running; returns the ids it
+    /// deleted.
+    pub(crate) async fn job_delete(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Vec<JobId>> {
+        self.admin(conn, &self.sql.delete, "delete jobs", ids).await
+    }
+
+    async fn admin(
+        &self,
+        conn: Conn<'_>,
+        statement: &str,
+        op: &'static str,
+        ids: &[i64],
+    ) -> Result<Vec<JobId>> {
+        on_conn!(conn, op,
+            |c| admin(c, statement, ids),
+            sqlx: super::sqlx::admin(c, statement, ids),
+        )
+    }
+
+    /// `job_states.sql`: the state of each of `ids` that exists.
+    pub(crate) async fn job_states(
+        &self,
+        conn: Conn<'_>,
+        ids: &[i64],
+    ) -> Result<Vec<(JobId, JobState)>> {
+        const OP: &str = "read the jobs' states";
+        let rows = on_conn!(conn, OP,
+            |c| states(c, &self.sql, ids),
+            sqlx: super::sqlx::states(c, &self.sql, ids),
+        )?;
+        rows.into_iter()
+            .map(|(id, s)| Ok((id, job_state(OP, &s)?)))
+            .collect()
+    }
+}
 
 /// For the hot-path statements: a pooled connection whose statement cache to use (named
 /// prepared statements, parsed and planned once per connection), or `None` for unnamed
@@ -25,7 +253,7 @@ async fn rows<C: GenericClient + Sync>(
     cache: Cache<'_>,
     statement: &str,
     params: &[(&(dyn ToSql + Sync), Type)],
-) -> Result<Vec<Row>, Error> {
+) -> Result<Vec<Row>, PgError> {
     match cache {
         Some(w) => {
             let types: Vec<Type> = params.iter().map(|p| p.1.clone()).collect();
@@ -37,11 +265,11 @@ async fn rows<C: GenericClient + Sync>(
     }
 }
 
-pub(crate) async fn insert<C: GenericClient + Sync>(
+async fn insert<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     j: &EncodedJob,
-) -> Result<JobId, Error> {
+) -> Result<JobId, PgError> {
     let row = c
         .query_typed_one(
             &sql.insert,
@@ -59,11 +287,11 @@ pub(crate) async fn insert<C: GenericClient + Sync>(
     Ok(JobId(row.try_get(0)?))
 }
 
-pub(crate) async fn insert_many<C: GenericClient + Sync>(
+async fn insert_many<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     b: &EncodedBatch,
-) -> Result<Vec<JobId>, Error> {
+) -> Result<Vec<JobId>, PgError> {
     if b.len() == 0 {
         return Ok(Vec::new());
     }
@@ -84,6 +312,8 @@ pub(crate) async fn insert_many<C: GenericClient + Sync>(
     rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
 }
 
+/// Claims up to `limit` ready jobs of `queue`, in claim order: what [`Store::job_claim`]
+/// runs, and what the lab and the benchmark run on connections of their own.
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
@@ -91,7 +321,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     queue: &str,
     limit: i64,
     lease_us: i64,
-) -> Result<Vec<ClaimedJob>, Error> {
+) -> Result<Vec<ClaimedJob>, PgError> {
     let rows = rows(
         c,
         cache,
@@ -112,7 +342,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     Ok(jobs)
 }
 
-fn claimed_job(r: &Row) -> Result<ClaimedJob, Error> {
+fn claimed_job(r: &Row) -> Result<ClaimedJob, PgError> {
     Ok(ClaimedJob {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue")?,
@@ -130,43 +360,14 @@ fn claimed_job(r: &Row) -> Result<ClaimedJob, Error> {
 /// The most jobs one reaper round moves per kind (expired leases, exhausted queued jobs).
 pub(crate) const REAP_BATCH: i64 = 1_000;
 
-/// One reaper round (at most [`REAP_BATCH`] of each kind); the caller repeats while a round
-/// comes back full.
-pub(crate) async fn reap<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-) -> Result<Vec<ReapedJob>, Error> {
-    let rows = c
-        .query_typed(&sql.reap, &[(&REAP_BATCH, Type::INT8)])
-        .await?;
-    rows.iter()
-        .map(|r| {
-            let status: &str = r.try_get("status")?;
-            Ok(ReapedJob {
-                id: JobId(r.try_get("id")?),
-                state: JobState::parse(status).unwrap_or(JobState::Queued),
-                attempts: r.try_get("attempts")?,
-            })
-        })
-        .collect()
-}
-
-pub(crate) async fn get<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    id: JobId,
-) -> Result<Option<JobRow>, Error> {
-    let Some(r) = c.query_typed_opt(&sql.get, &[(&id.0, Type::INT8)]).await? else {
-        return Ok(None);
-    };
-    let status: &str = r.try_get("status")?;
-    Ok(Some(JobRow {
+/// A job's row from `job_get.sql`, its status already read as `state`.
+fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
+    Ok(JobRow {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue")?,
         kind: r.try_get("kind")?,
         payload: r.try_get("payload")?,
-        // The CHECK constraint allows only the four states.
-        state: JobState::parse(status).unwrap_or(JobState::Failed),
+        state,
         priority: r.try_get("priority")?,
         run_at: r.try_get::<_, SystemTime>("run_at")?,
         attempts: r.try_get("attempts")?,
@@ -175,7 +376,7 @@ pub(crate) async fn get<C: GenericClient + Sync>(
         last_error: r.try_get("last_error")?,
         created_at: r.try_get("created_at")?,
         finished_at: r.try_get("finished_at")?,
-    }))
+    })
 }
 
 /// What a batched guarded write did to one element of its batch.
@@ -231,8 +432,8 @@ impl Finish {
 fn by_position<T>(
     len: usize,
     rows: &[Row],
-    verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, Error>,
-) -> Result<Vec<Verdict<T>>, Error> {
+    verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, PgError>,
+) -> Result<Vec<Verdict<T>>, PgError> {
     let mut out: Vec<Verdict<T>> = (0..len).map(|_| Verdict::Lost).collect();
     for r in rows {
         let n: i64 = r.try_get("n")?;
@@ -249,13 +450,34 @@ fn by_position<T>(
     Ok(out)
 }
 
+/// A written outcome as the statement returns it: the status still as text.
+struct RawWritten {
+    status: String,
+    run_at: SystemTime,
+    retry_in_us: i64,
+}
+
+/// A raw verdict with its status read as a [`JobState`]; any other status is an
+/// [`Error::Decode`](crate::Error::Decode) for `op`.
+fn written(op: &'static str, v: Verdict<RawWritten>) -> Result<Verdict<Written>> {
+    Ok(match v {
+        Verdict::Applied(w) => Verdict::Applied(Written {
+            state: job_state(op, &w.status)?,
+            run_at: w.run_at,
+            retry_in_us: w.retry_in_us,
+        }),
+        Verdict::Lost => Verdict::Lost,
+        Verdict::Busy => Verdict::Busy,
+    })
+}
+
 /// Writes many outcomes; returns one verdict per element of `batch`, in its order.
-pub(crate) async fn finish_many<C: GenericClient + Sync>(
+async fn finish_many<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
     sql: &Sql,
     batch: &[Finish],
-) -> Result<Vec<Verdict<Written>>, Error> {
+) -> Result<Vec<Verdict<RawWritten>>, PgError> {
     if batch.is_empty() {
         return Ok(Vec::new());
     }
@@ -282,15 +504,11 @@ pub(crate) async fn finish_many<C: GenericClient + Sync>(
     .await?;
     by_position(batch.len(), &rows, |r, result| {
         Ok(match result {
-            "written" => {
-                let status: &str = r.try_get("status")?;
-                Verdict::Applied(Written {
-                    // The CHECK constraint allows only the four states.
-                    state: JobState::parse(status).unwrap_or(JobState::Failed),
-                    run_at: r.try_get("run_at")?,
-                    retry_in_us: r.try_get("retry_in_us")?,
-                })
-            }
+            "written" => Verdict::Applied(RawWritten {
+                status: r.try_get("status")?,
+                run_at: r.try_get("run_at")?,
+                retry_in_us: r.try_get("retry_in_us")?,
+            }),
             "busy" => Verdict::Busy,
             _ => Verdict::Lost,
         })
@@ -305,7 +523,7 @@ pub(crate) async fn complete<C: GenericClient + Sync>(
     sql: &Sql,
     id: JobId,
     attempt: i32,
-) -> Result<Transition, Error> {
+) -> Result<Transition, PgError> {
     let f = Finish::complete(id, attempt);
     let mut wait = std::time::Duration::from_millis(1);
     for _ in 0..20 {
@@ -324,13 +542,13 @@ pub(crate) async fn complete<C: GenericClient + Sync>(
 }
 
 /// Renews many leases; returns one verdict per element of `jobs`, in its order.
-pub(crate) async fn extend_many<C: GenericClient + Sync>(
+async fn extend_many<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
     sql: &Sql,
     jobs: &[(JobId, i32)],
     lease_us: i64,
-) -> Result<Vec<Verdict<()>>, Error> {
+) -> Result<Vec<Verdict<()>>, PgError> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -371,57 +589,29 @@ pub(crate) fn ascii_escaped(s: &str) -> String {
     out
 }
 
-/// Microseconds until the next queued job of `queue` is due, if any is queued.
-pub(crate) async fn next_run_at<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    queue: &str,
-) -> Result<Option<i64>, Error> {
-    c.query_typed_one(&sql.next_run_at, &[(&queue, Type::TEXT)])
-        .await?
-        .try_get(0)
-}
-
-/// Tries the reaper's advisory lock for the current transaction.
-pub(crate) async fn reaper_try_lock<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    key: i64,
-) -> Result<bool, Error> {
-    c.query_typed_one(&sql.reaper_try_lock, &[(&key, Type::INT8)])
-        .await?
-        .try_get(0)
-}
-
 /// Runs one of the admin statements (retry, cancel, delete) over `ids`; returns the ids it
 /// changed.
-pub(crate) async fn admin<C: GenericClient + Sync>(
+async fn admin<C: GenericClient + Sync>(
     c: &C,
     statement: &str,
     ids: &[i64],
-) -> Result<Vec<JobId>, Error> {
+) -> Result<Vec<JobId>, PgError> {
     let rows = c
         .query_typed(statement, &[(&ids, Type::INT8_ARRAY)])
         .await?;
     rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
 }
 
-/// The state of each of `ids` that exists.
-pub(crate) async fn states<C: GenericClient + Sync>(
+/// The status of each of `ids` that exists, as text.
+async fn states<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     ids: &[i64],
-) -> Result<Vec<(JobId, JobState)>, Error> {
+) -> Result<Vec<(JobId, String)>, PgError> {
     let rows = c
         .query_typed(&sql.states, &[(&ids, Type::INT8_ARRAY)])
         .await?;
     rows.iter()
-        .map(|r| {
-            let s: &str = r.try_get(1)?;
-            Ok((
-                JobId(r.try_get(0)?),
-                JobState::parse(s).unwrap_or(JobState::Failed),
-            ))
-        })
+        .map(|r| Ok((JobId(r.try_get(0)?), r.try_get(1)?)))
         .collect()
 }

@@ -1,11 +1,94 @@
-//! Pruning and maintenance locks.
+//! Pruning, vacuum and maintenance locks.
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Error, GenericClient};
+use tokio_postgres::{Error as PgError, GenericClient};
 
-use super::Sql;
+use super::{Sql, Store};
 
-/// Deletes (or archives) one batch; returns how many rows it moved.
+use crate::error::{Error, Result};
+
+impl Store {
+    /// `job_prune.sql`: deletes one batch of jobs finished more than `retention_us` ago
+    /// (failed ones too if `include_failed`); returns how many it deleted.
+    #[allow(dead_code)] // `Client::prune` still binds it itself, through `prune_batch`.
+    pub(crate) async fn job_prune<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        retention_us: i64,
+        include_failed: bool,
+        batch: i64,
+    ) -> Result<i64> {
+        prune_batch(c, &self.sql, false, retention_us, include_failed, batch)
+            .await
+            .map_err(Error::db("prune finished jobs"))
+    }
+
+    /// `job_archive.sql`: moves one batch of jobs finished more than `retention_us` ago to
+    /// `jobs_archive`; returns how many it moved.
+    #[allow(dead_code)] // `Client::prune` still binds it itself, through `prune_batch`.
+    pub(crate) async fn job_archive<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        retention_us: i64,
+        include_failed: bool,
+        batch: i64,
+    ) -> Result<i64> {
+        prune_batch(c, &self.sql, true, retention_us, include_failed, batch)
+            .await
+            .map_err(Error::db("archive finished jobs"))
+    }
+
+    /// `lock_acquire.sql`: takes or renews the maintenance lock `name` for `holder`;
+    /// whether it is now `holder`'s.
+    pub(crate) async fn lock_acquire<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+        holder: &str,
+        ttl_us: i64,
+    ) -> Result<bool> {
+        lock_acquire(c, &self.sql, name, holder, ttl_us)
+            .await
+            .map_err(Error::db("take a maintenance lock"))
+    }
+
+    /// `lock_release.sql`: releases the maintenance lock `name` if `holder` holds it.
+    pub(crate) async fn lock_release<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+        holder: &str,
+    ) -> Result<()> {
+        lock_release(c, &self.sql, name, holder)
+            .await
+            .map_err(Error::db("release a maintenance lock"))
+    }
+
+    /// `job_dead_tuples.sql`: the jobs table's dead row versions and manual vacuum count,
+    /// and whether this role may vacuum it.
+    pub(crate) async fn job_dead_tuples<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+    ) -> Result<(i64, i64, bool)> {
+        async {
+            let row = c.query_typed_one(&self.sql.dead_tuples, &[]).await?;
+            Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+        }
+        .await
+        .map_err(Error::db("read the jobs table's dead tuples"))
+    }
+
+    /// `job_vacuum.sql`: vacuums the jobs table; not in a transaction block (a simple
+    /// query of one statement).
+    pub(crate) async fn job_vacuum<C: GenericClient + Sync>(&self, c: &C) -> Result<()> {
+        c.batch_execute(&self.sql.vacuum)
+            .await
+            .map_err(Error::db("vacuum the jobs table"))
+    }
+}
+
+/// Deletes (or archives) one batch; returns how many rows it moved. [`Store::job_prune`]
+/// and [`Store::job_archive`] run it; `Client::prune` calls it directly.
 pub(crate) async fn prune_batch<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
@@ -13,7 +96,7 @@ pub(crate) async fn prune_batch<C: GenericClient + Sync>(
     retention_us: i64,
     include_failed: bool,
     batch: i64,
-) -> Result<i64, Error> {
+) -> Result<i64, PgError> {
     let statement = if archive { &sql.archive } else { &sql.prune };
     c.query_typed_one(
         statement,
@@ -27,13 +110,15 @@ pub(crate) async fn prune_batch<C: GenericClient + Sync>(
     .try_get(0)
 }
 
+/// [`Store::lock_acquire`]'s statement, also called directly by `Client::prune` and
+/// `Client::try_maintenance_lock`.
 pub(crate) async fn lock_acquire<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     name: &str,
     holder: &str,
     ttl_us: i64,
-) -> Result<bool, Error> {
+) -> Result<bool, PgError> {
     Ok(c.query_typed_opt(
         &sql.lock_acquire,
         &[
@@ -51,26 +136,11 @@ pub(crate) async fn lock_release<C: GenericClient + Sync>(
     sql: &Sql,
     name: &str,
     holder: &str,
-) -> Result<(), Error> {
+) -> Result<(), PgError> {
     c.execute_typed(
         &sql.lock_release,
         &[(&name, Type::TEXT), (&holder, Type::TEXT)],
     )
     .await
     .map(drop)
-}
-
-/// The jobs table's dead row versions and manual vacuum count, and whether this role may
-/// vacuum it.
-pub(crate) async fn dead_tuples<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-) -> Result<(i64, i64, bool), Error> {
-    let row = c.query_typed_one(&sql.dead_tuples, &[]).await?;
-    Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
-}
-
-/// VACUUM the jobs table; not in a transaction block (a simple query of one statement).
-pub(crate) async fn vacuum<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<(), Error> {
-    c.batch_execute(&sql.vacuum).await
 }

@@ -3,16 +3,84 @@
 //! Each file in `queries/` is one statement, named table + verb. `{schema}` in a file is
 //! replaced by the validated, quoted schema name; full-line `--` comments are dropped so they
 //! are not sent with every call. Parameters are always bound, never spliced.
+//!
+//! [`Store`] runs them: one method per statement the runtime sends, named after its file
+//! (`job_claim` runs `job_claim.sql`). Each method takes the connection it runs on, names
+//! its operation in its error ([`Error::Database`], [`Error::Sqlx`], or [`Error::Decode`]
+//! for a value it cannot read) and returns typed rows. The subjects' files (`job.rs`,
+//! `schema.rs`, `maintenance.rs`, `health.rs`, `server.rs`) each add their methods.
 
 pub(crate) mod health;
 pub(crate) mod job;
 pub(crate) mod lab;
 pub(crate) mod maintenance;
-pub(crate) mod migrate;
+pub(crate) mod schema;
+pub(crate) mod server;
 #[cfg(feature = "sqlx-0_8")]
 pub(crate) mod sqlx;
 
+use crate::error::Error;
 use crate::schema::Schema;
+
+/// Every statement skiplock runs for one schema, as methods (see the module docs).
+///
+/// Cheap to share: the client holds one, and its clones share it.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    sql: Sql,
+    /// Whether the hot-path statements on a pooled connection are named prepared
+    /// statements, cached on that connection.
+    prepared: bool,
+}
+
+impl Store {
+    /// Runs `sql` ([`Sql::new`], or [`Sql::unfenced`] for a negative control), with
+    /// prepared statements for the hot path on a pooled connection if `prepared`.
+    pub(crate) fn new(sql: Sql, prepared: bool) -> Store {
+        Store { sql, prepared }
+    }
+
+    /// The rendered statements, for the code that still binds some itself (the benchmark,
+    /// the lab, the pruner).
+    pub(crate) fn sql(&self) -> &Sql {
+        &self.sql
+    }
+
+    /// The statement cache of `conn` when prepared statements are on.
+    fn cache<'a>(&self, conn: &'a deadpool_postgres::Object) -> job::Cache<'a> {
+        self.prepared.then_some(&**conn)
+    }
+}
+
+/// Runs one statement through a caller's [`Conn`](crate::executor::Conn): `$tokio` with
+/// `$c` bound to the tokio-postgres client or transaction, or `$sqlx` with `$c` bound to
+/// the sqlx connection; either error becomes `$op`'s.
+macro_rules! on_conn {
+    ($conn:expr, $op:expr, |$c:ident| $tokio:expr, sqlx: $sqlx:expr $(,)?) => {
+        match $conn {
+            $crate::executor::Conn::TokioClient($c) => {
+                $tokio.await.map_err($crate::error::Error::db($op))
+            }
+            $crate::executor::Conn::TokioTx($c) => {
+                $tokio.await.map_err($crate::error::Error::db($op))
+            }
+            #[cfg(feature = "sqlx-0_8")]
+            $crate::executor::Conn::Sqlx($c) => {
+                $sqlx.await.map_err($crate::error::Error::sqlx($op))
+            }
+        }
+    };
+}
+pub(crate) use on_conn;
+
+/// A job status read from the database as a [`JobState`](crate::job::JobState); any other
+/// text is an [`Error::Decode`] for `op`.
+pub(crate) fn job_state(op: &'static str, status: &str) -> Result<crate::job::JobState, Error> {
+    crate::job::JobState::parse(status).ok_or_else(|| Error::Decode {
+        op,
+        detail: format!("unknown job status {status:?}"),
+    })
+}
 
 macro_rules! templates {
     ($($variant:ident => $field:ident => $file:literal, $doc:literal,)*) => {

@@ -1,10 +1,11 @@
-//! The insert statements bound for sqlx (the `sqlx-0_8` feature), for enqueueing inside a
-//! caller's sqlx transaction. Same SQL text as the tokio-postgres path.
+//! The statements a caller's sqlx connection runs (the `sqlx-0_8` feature): enqueueing,
+//! the admin actions and migrations, bound for sqlx. Same SQL text as the tokio-postgres
+//! path; the [`Store`](super::Store) methods choose between the two.
 
 use sqlx::PgConnection;
 
 use super::Sql;
-use crate::job::{EncodedBatch, EncodedJob, JobId, JobState};
+use crate::job::{EncodedBatch, EncodedJob, JobId};
 
 pub(crate) async fn insert(
     c: &mut PgConnection,
@@ -55,15 +56,63 @@ pub(crate) async fn admin(
     Ok(changed.into_iter().map(JobId).collect())
 }
 
-/// [`super::job::states`] for sqlx.
+/// The status of each of `ids` that exists, as text.
 pub(crate) async fn states(
     c: &mut PgConnection,
     sql: &Sql,
     ids: &[i64],
-) -> Result<Vec<(JobId, JobState)>, sqlx::Error> {
+) -> Result<Vec<(JobId, String)>, sqlx::Error> {
     let rows: Vec<(i64, String)> = sqlx::query_as(&sql.states).bind(ids).fetch_all(c).await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, s)| (JobId(id), JobState::parse(&s).unwrap_or(JobState::Failed)))
-        .collect())
+    Ok(rows.into_iter().map(|(id, s)| (JobId(id), s)).collect())
+}
+
+/// Runs `text` (one or more statements, no parameters).
+pub(crate) async fn batch(c: &mut PgConnection, text: &str) -> Result<(), sqlx::Error> {
+    // Through `Executor::execute`, whose future is a boxed `Send` one: `RawSql::execute`'s
+    // cannot be proved `Send` inside a caller's future, and would make every migration's
+    // future (the tokio-postgres path's too) not `Send`.
+    sqlx::Executor::execute(c, sqlx::raw_sql(text))
+        .await
+        .map(drop)
+}
+
+pub(crate) async fn schema_exists(
+    c: &mut PgConnection,
+    sql: &Sql,
+    schema: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(&sql.schema_exists)
+        .bind(schema)
+        .fetch_one(c)
+        .await
+}
+
+pub(crate) async fn schema_version(c: &mut PgConnection, sql: &Sql) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar(&sql.schema_version).fetch_one(c).await
+}
+
+pub(crate) async fn schema_lock(
+    c: &mut PgConnection,
+    sql: &Sql,
+    key: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&sql.schema_lock)
+        .bind(key)
+        .execute(c)
+        .await
+        .map(drop)
+}
+
+pub(crate) async fn schema_record(
+    c: &mut PgConnection,
+    sql: &Sql,
+    version: i32,
+    name: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(&sql.schema_record)
+        .bind(version)
+        .bind(name)
+        .execute(c)
+        .await
+        .map(drop)
 }

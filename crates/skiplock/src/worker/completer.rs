@@ -331,12 +331,5 @@ fn account(
 
 async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<Verdict<Written>>, Error> {
     let conn = shared.client.conn("write job outcomes").await?;
-    db::job::finish_many(
-        &**conn,
-        shared.client.cache(&conn),
-        shared.client.sql(),
-        batch,
-    )
-    .await
-    .map_err(Error::db("write job outcomes"))
+    shared.client.store().job_finish_many(&conn, batch).await
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Shared;
-use crate::db::{self, job::Verdict};
+use crate::db::job::Verdict;
 use crate::error::Error;
 use crate::job::JobId;
 
@@ -95,13 +95,9 @@ fn lost(shared: &Shared, (id, attempt): (JobId, i32)) {
 
 async fn extend(shared: &Shared, held: &[(JobId, i32)]) -> Result<Vec<Verdict<()>>, Error> {
     let conn = shared.client.conn("renew leases").await?;
-    db::job::extend_many(
-        &**conn,
-        shared.client.cache(&conn),
-        shared.client.sql(),
-        held,
-        shared.lease_us,
-    )
-    .await
-    .map_err(Error::db("renew leases"))
+    shared
+        .client
+        .store()
+        .job_extend_many(&conn, held, shared.lease_us)
+        .await
 }

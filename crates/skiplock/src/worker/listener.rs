@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_postgres::types::Type;
 use tokio_postgres::AsyncMessage;
 
 use super::{backoff, Shared};
@@ -198,13 +197,11 @@ async fn send_probe(shared: &Shared, token: &str) -> Result<(), Error> {
     const OP: &str = "send the LISTEN self-test";
     let conn = shared.client.conn(OP).await?;
     let channel = shared.client.schema().channel();
-    conn.query_typed(
-        &shared.client.sql().listen_probe,
-        &[(&channel, Type::TEXT), (&token, Type::TEXT)],
-    )
-    .await
-    .map_err(Error::db(OP))?;
-    Ok(())
+    shared
+        .client
+        .store()
+        .listen_probe(&conn, channel, token)
+        .await
 }
 
 async fn sleep_until(at: Option<Instant>) {

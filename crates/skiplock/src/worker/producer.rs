@@ -21,7 +21,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{backoff, executor, Counters, Mode, QueueSlot, Shared};
-use crate::db;
 use crate::error::Error;
 use crate::job::ClaimedJob;
 
@@ -188,16 +187,11 @@ async fn sleep_until(at: Option<Instant>) {
 /// Claims up to `want` jobs on a connection of its own.
 async fn claim(shared: &Shared, slot: &QueueSlot, want: u32) -> Result<Vec<ClaimedJob>, Error> {
     let conn = shared.client.conn("claim jobs").await?;
-    db::job::claim(
-        &**conn,
-        shared.client.cache(&conn),
-        shared.client.sql(),
-        &slot.name,
-        i64::from(want),
-        shared.lease_us,
-    )
-    .await
-    .map_err(Error::db("claim jobs"))
+    shared
+        .client
+        .store()
+        .job_claim(&conn, &slot.name, i64::from(want), shared.lease_us)
+        .await
 }
 
 /// Starts the claimed jobs, each with one of the slots its claim took (the slots left over
@@ -278,7 +272,12 @@ impl Lookup {
 /// database's clock, so that scheduled jobs and retries start on time even with no poll.
 async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
     let conn = shared.client.conn("look up the next due job").await.ok()?;
-    match db::job::next_run_at(&**conn, shared.client.sql(), &slot.name).await {
+    match shared
+        .client
+        .store()
+        .job_next_run_at(&**conn, &slot.name)
+        .await
+    {
         Ok(Some(us)) => {
             let wait = Duration::from_micros(us.max(0).unsigned_abs());
             // Ready now but not claimed: another claimer holds it. Look again shortly.

@@ -48,16 +48,13 @@ pub(crate) async fn run_once(shared: &Shared) {
 async fn reap(shared: &Shared) -> Result<(u64, bool), Error> {
     const OP: &str = "reap expired leases";
     let mut conn = shared.client.conn(OP).await?;
-    let tx = conn.transaction().await.map_err(Error::db(OP))?;
-    let sql = shared.client.sql();
-    if !db::job::reaper_try_lock(&*tx, sql, lock_key(shared))
-        .await
-        .map_err(Error::db(OP))?
-    {
+    let store = shared.client.store();
+    let tx = store.begin(&mut conn, OP).await?;
+    if !store.reaper_try_lock(&*tx, lock_key(shared)).await? {
         return Ok((0, false));
     }
-    let reaped = db::job::reap(&*tx, sql).await.map_err(Error::db(OP))?;
-    tx.commit().await.map_err(Error::db(OP))?;
+    let reaped = store.job_reap(&*tx).await?;
+    store.commit(tx, OP).await?;
     for r in &reaped {
         tracing::info!(id = %r.id, attempts = r.attempts, to = %r.state, "reaped");
     }

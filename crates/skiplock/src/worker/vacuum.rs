@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::Shared;
-use crate::db;
 use crate::error::Error;
 
 /// How often the dead-tuple count is read while there is work.
@@ -103,11 +102,9 @@ fn not_allowed() {
 
 async fn round(shared: &Shared, threshold: i64, holder: &str) -> Result<Round, Error> {
     const OP: &str = "vacuum the jobs table";
-    let sql = shared.client.sql();
+    let store = shared.client.store();
     let conn = shared.client.conn(OP).await?;
-    let (before, vacuums, may) = db::maintenance::dead_tuples(&**conn, sql)
-        .await
-        .map_err(Error::db(OP))?;
+    let (before, vacuums, may) = store.job_dead_tuples(&**conn).await?;
     if !may {
         return Ok(Round::NotAllowed);
     }
@@ -115,25 +112,18 @@ async fn round(shared: &Shared, threshold: i64, holder: &str) -> Result<Round, E
         return Ok(Round::Nothing);
     }
     let ttl_us = crate::input::micros("lock", LOCK_TTL)?;
-    if !db::maintenance::lock_acquire(&**conn, sql, LOCK, holder, ttl_us)
-        .await
-        .map_err(Error::db(OP))?
-    {
+    if !store.lock_acquire(&**conn, LOCK, holder, ttl_us).await? {
         return Ok(Round::Nothing);
     }
-    let vacuumed = db::maintenance::vacuum(&**conn, sql)
-        .await
-        .map_err(Error::db(OP));
+    let vacuumed = store.job_vacuum(&**conn).await;
     let after = match &vacuumed {
-        Ok(()) => db::maintenance::dead_tuples(&**conn, sql)
+        Ok(()) => store
+            .job_dead_tuples(&**conn)
             .await
-            .map(|(d, n, _)| (n > vacuums).then_some(d))
-            .map_err(Error::db(OP)),
+            .map(|(d, n, _)| (n > vacuums).then_some(d)),
         Err(_) => Ok(None),
     };
-    let released = db::maintenance::lock_release(&**conn, sql, LOCK, holder)
-        .await
-        .map_err(Error::db(OP));
+    let released = store.lock_release(&**conn, LOCK, holder).await;
     vacuumed?;
     released?;
     Ok(Round::Vacuumed {

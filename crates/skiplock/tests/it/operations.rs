@@ -550,3 +550,37 @@ async fn health_dead_tuples_rise_while_a_transaction_is_open_and_fall_after() {
     assert!(after < 100, "dead tuples after commit and vacuum: {after}");
     assert!(blockers.iter().all(|b| b.pid != pid));
 }
+
+#[tokio::test]
+async fn an_unknown_status_read_back_is_a_decode_error() {
+    let b = setup().await;
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    // A status none of the four states: only with the CHECK constraint gone (a schema
+    // changed by hand, or by a newer skiplock).
+    b.raw
+        .batch_execute("ALTER TABLE jobs DROP CONSTRAINT jobs_status_check")
+        .await
+        .unwrap();
+    b.raw
+        .execute("UPDATE jobs SET status = 'paused' WHERE id = $1", &[&id.0])
+        .await
+        .unwrap();
+    let decode = |r: Result<_, skiplock::Error>| match r {
+        Err(e @ skiplock::Error::Decode { .. }) => e.to_string(),
+        other => panic!("expected a decode error, got {other:?}"),
+    };
+
+    let msg = decode(b.client.get(id).await.map(drop));
+    assert!(msg.contains("\"paused\""), "{msg}");
+    // The admin calls read the state of what they left alone: the retry leaves the job
+    // alone (it is neither queued, done nor failed) and reads its status.
+    let msg = decode(b.client.retry(&[id]).await.map(drop));
+    assert!(msg.contains("\"paused\""), "{msg}");
+    #[cfg(feature = "sqlx-0_8")]
+    {
+        let pool = sqlx::PgPool::connect(b.db.url()).await.unwrap();
+        let mut conn = pool.acquire().await.unwrap();
+        let msg = decode(b.client.retry_tx(&mut *conn, &[id]).await.map(drop));
+        assert!(msg.contains("\"paused\""), "{msg}");
+    }
+}

@@ -1,0 +1,52 @@
+//! Statements about the server and the connection rather than the queue: the server's
+//! version, the LISTEN self-test, and the reaper's transaction.
+
+use tokio_postgres::types::Type;
+
+use super::Store;
+use crate::error::{Error, Result};
+
+impl Store {
+    /// `server_version.sql`: the server's version string.
+    pub(crate) async fn server_version(&self, c: &tokio_postgres::Client) -> Result<String> {
+        c.query_one(&self.sql.server_version, &[])
+            .await
+            .and_then(|r| r.try_get(0))
+            .map_err(Error::db("read the server version"))
+    }
+
+    /// `listen_probe.sql`: sends the LISTEN connection's self-test notification `token` on
+    /// `channel`.
+    pub(crate) async fn listen_probe(
+        &self,
+        c: &tokio_postgres::Client,
+        channel: &str,
+        token: &str,
+    ) -> Result<()> {
+        c.query_typed(
+            &self.sql.listen_probe,
+            &[(&channel, Type::TEXT), (&token, Type::TEXT)],
+        )
+        .await
+        .map(drop)
+        .map_err(Error::db("send the LISTEN self-test"))
+    }
+
+    /// Opens a transaction on a pooled connection, for `op`.
+    pub(crate) async fn begin<'a>(
+        &self,
+        conn: &'a mut deadpool_postgres::Object,
+        op: &'static str,
+    ) -> Result<deadpool_postgres::Transaction<'a>> {
+        conn.transaction().await.map_err(Error::db(op))
+    }
+
+    /// Commits a transaction [`Store::begin`] opened, for `op`.
+    pub(crate) async fn commit(
+        &self,
+        tx: deadpool_postgres::Transaction<'_>,
+        op: &'static str,
+    ) -> Result<()> {
+        tx.commit().await.map_err(Error::db(op))
+    }
+}
