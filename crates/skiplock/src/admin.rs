@@ -3,10 +3,10 @@
 
 use tokio_postgres::GenericClient;
 
+use crate::caller_tx::{Conn, Executor};
 use crate::client::Client;
 use crate::db::{self, Sql};
 use crate::error::{Error, Result};
-use crate::executor::{Conn, Executor};
 use crate::job::{JobId, JobState};
 
 /// What an admin call did to each id.

@@ -137,3 +137,15 @@ impl Error {
         }
     }
 }
+
+/// `e` and its sources on one line, each after a `: `, for the log.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s.replace('\n', " ")
+}

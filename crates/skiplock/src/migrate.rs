@@ -8,9 +8,9 @@
 
 use tokio_postgres::GenericClient;
 
+use crate::caller_tx::Conn;
 use crate::db::{self, Sql};
 use crate::error::{Error, Result};
-use crate::executor::Conn;
 use crate::schema::Schema;
 
 /// One embedded migration.

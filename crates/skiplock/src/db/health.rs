@@ -6,7 +6,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Error, GenericClient};
 
 use super::Sql;
-use crate::health::{Blocker, QueueHealth, TableHealth};
+use crate::health::report::{Blocker, QueueHealth, TableHealth};
 
 pub(crate) async fn queues<C: GenericClient + Sync>(
     c: &C,

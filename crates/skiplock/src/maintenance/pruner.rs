@@ -1,8 +1,11 @@
-//! Pruning finished jobs: deleted, or moved to `jobs_archive`, in batches of at most
-//! 10,000, by one process at a time.
+//! The pruner: deletes finished jobs past their retention, or moves them to `jobs_archive`,
+//! in batches of at most 10,000, one process at a time (the `prune` maintenance lock, renewed
+//! between batches). A worker prunes every [`PrunerConfig::interval`]; with its poll off, only
+//! after real work. [`Client::prune`] runs the same round.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use super::{LeaseLock, Service};
 use crate::client::Client;
 use crate::db;
 use crate::error::{Error, Result};
@@ -84,101 +87,133 @@ pub struct PruneReport {
 const PRUNE_LOCK: &str = "prune";
 const LOCK_TTL: Duration = Duration::from_secs(300);
 
+/// The pruner's settings in a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PrunerConfig {
+    /// What to prune (default [`PruneOptions::default`]: `done` jobs older than 7 days,
+    /// deleted).
+    pub options: PruneOptions,
+    /// How often (default [`PrunerConfig::DEFAULT_INTERVAL`], 1 hour).
+    pub interval: Duration,
+}
+
+impl PrunerConfig {
+    /// The default interval between rounds.
+    pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(3600);
+}
+
+impl Default for PrunerConfig {
+    fn default() -> Self {
+        PrunerConfig {
+            options: PruneOptions::default(),
+            interval: Self::DEFAULT_INTERVAL,
+        }
+    }
+}
+
+/// The pruner as a worker's service.
+pub(crate) struct Pruner {
+    client: Client,
+    cfg: PrunerConfig,
+}
+
+impl Pruner {
+    pub(crate) fn new(client: Client, cfg: PrunerConfig) -> Self {
+        Pruner { client, cfg }
+    }
+}
+
+impl Service for Pruner {
+    type Report = PruneReport;
+    const NAME: &'static str = "pruning";
+
+    fn first_wait(&self) -> Duration {
+        self.cfg.interval
+    }
+
+    async fn run_once(&mut self) -> Result<PruneReport> {
+        let report = run_once(&self.client, self.cfg.options).await;
+        if report.as_ref().is_ok_and(|r| r.skipped) {
+            tracing::debug!("another process is pruning");
+        }
+        report
+    }
+
+    fn next(&mut self, _: &Result<PruneReport>) -> Option<Duration> {
+        Some(self.cfg.interval)
+    }
+}
+
+/// One pruning round: deletes (or archives) finished jobs older than the retention, in
+/// batches, each its own short statement, until none is left; skipped (see
+/// [`PruneReport::skipped`]) while another process holds the `prune` lock.
+pub(crate) async fn run_once(client: &Client, opts: PruneOptions) -> Result<PruneReport> {
+    const OP: &str = "prune finished jobs";
+    if opts.batch_size == 0 || opts.batch_size > PruneOptions::MAX_BATCH {
+        return Err(Error::invalid(
+            "batch size",
+            format!(
+                "{} is outside 1..={}",
+                opts.batch_size,
+                PruneOptions::MAX_BATCH
+            ),
+        ));
+    }
+    let retention_us = input::delay_micros(opts.older_than)?;
+    let lock = LeaseLock::new(PRUNE_LOCK, LOCK_TTL)?;
+    let conn = client.conn(OP).await?;
+    let sql = client.sql();
+    let mut report = PruneReport {
+        archived: opts.archive,
+        ..PruneReport::default()
+    };
+    if !lock.acquire(&**conn, sql).await.map_err(Error::db(OP))? {
+        report.skipped = true;
+        return Ok(report);
+    }
+    let result = async {
+        loop {
+            let n = db::maintenance::prune_batch(
+                &**conn,
+                sql,
+                opts.archive,
+                retention_us,
+                opts.include_failed,
+                i64::from(opts.batch_size),
+            )
+            .await
+            .map_err(Error::db(OP))?;
+            if n > 0 {
+                report.removed += n.unsigned_abs();
+                report.batches += 1;
+            }
+            if n < i64::from(opts.batch_size) {
+                return Ok(());
+            }
+            // Renew the lock between batches.
+            lock.acquire(&**conn, sql).await.map_err(Error::db(OP))?;
+        }
+    }
+    .await;
+    let released = lock.release(&**conn, sql).await.map_err(Error::db(OP));
+    result?;
+    released?;
+    if report.removed > 0 {
+        tracing::info!(
+            removed = report.removed,
+            batches = report.batches,
+            archived = opts.archive,
+            "pruned finished jobs"
+        );
+    }
+    Ok(report)
+}
+
 impl Client {
     /// Deletes (or archives) finished jobs older than the retention, in batches, each its
     /// own short statement, until none is left. Only one process prunes a schema at a time;
     /// a second one returns at once with [`PruneReport::skipped`].
     pub async fn prune(&self, opts: PruneOptions) -> Result<PruneReport> {
-        const OP: &str = "prune finished jobs";
-        if opts.batch_size == 0 || opts.batch_size > PruneOptions::MAX_BATCH {
-            return Err(Error::invalid(
-                "batch size",
-                format!(
-                    "{} is outside 1..={}",
-                    opts.batch_size,
-                    PruneOptions::MAX_BATCH
-                ),
-            ));
-        }
-        let retention_us = input::delay_micros(opts.older_than)?;
-        let ttl_us = input::micros("lock", LOCK_TTL)?;
-        let holder = holder_id();
-        let conn = self.conn(OP).await?;
-        let sql = self.sql();
-        let mut report = PruneReport {
-            archived: opts.archive,
-            ..PruneReport::default()
-        };
-        if !db::maintenance::lock_acquire(&**conn, sql, PRUNE_LOCK, &holder, ttl_us)
-            .await
-            .map_err(Error::db(OP))?
-        {
-            report.skipped = true;
-            return Ok(report);
-        }
-        let result = async {
-            loop {
-                let n = db::maintenance::prune_batch(
-                    &**conn,
-                    sql,
-                    opts.archive,
-                    retention_us,
-                    opts.include_failed,
-                    i64::from(opts.batch_size),
-                )
-                .await
-                .map_err(Error::db(OP))?;
-                if n > 0 {
-                    report.removed += n.unsigned_abs();
-                    report.batches += 1;
-                }
-                if n < i64::from(opts.batch_size) {
-                    return Ok(());
-                }
-                // Renew the lock between batches.
-                db::maintenance::lock_acquire(&**conn, sql, PRUNE_LOCK, &holder, ttl_us)
-                    .await
-                    .map_err(Error::db(OP))?;
-            }
-        }
-        .await;
-        let released = db::maintenance::lock_release(&**conn, sql, PRUNE_LOCK, &holder)
-            .await
-            .map_err(Error::db(OP));
-        result?;
-        released?;
-        if report.removed > 0 {
-            tracing::info!(
-                removed = report.removed,
-                batches = report.batches,
-                archived = opts.archive,
-                "pruned finished jobs"
-            );
-        }
-        Ok(report)
+        run_once(self, opts).await
     }
-
-    /// Takes the maintenance lock `name` for `ttl` (renewing it if this holder has it).
-    #[doc(hidden)]
-    pub async fn try_maintenance_lock(
-        &self,
-        name: &str,
-        holder: &str,
-        ttl: Duration,
-    ) -> Result<bool> {
-        const OP: &str = "take a maintenance lock";
-        let ttl_us = input::micros("lock", ttl)?;
-        let conn = self.conn(OP).await?;
-        db::maintenance::lock_acquire(&**conn, self.sql(), name, holder, ttl_us)
-            .await
-            .map_err(Error::db(OP))
-    }
-}
-
-fn holder_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("pid {} {nanos}", std::process::id())
 }

@@ -1,5 +1,5 @@
 //! Keeps the jobs table's dead row versions bounded by vacuuming it when they pass
-//! [`WorkerConfig::vacuum_threshold`](super::WorkerConfig::vacuum_threshold).
+//! [`VacuumConfig::threshold`] (a worker's `vacuum_threshold`).
 //!
 //! Every job leaves two dead row versions (its claim and its outcome are updates). Autovacuum
 //! would remove them, but it looks at a table only every `autovacuum_naptime` (60 s by
@@ -17,29 +17,65 @@
 //! - A role without the right to vacuum the table (the owner, or MAINTAIN on 17 and later)
 //!   gets one warning, and the service stops: autovacuum alone, as before.
 //! - While a snapshot holds vacuum back, a VACUUM removes nothing: the checks back off
-//!   (doubling to [`MAX_INTERVAL`]) and return to [`CHECK_INTERVAL`] once one removes dead
-//!   tuples again.
-//! - With the poll off, a round runs only when there was real work since the last one, never on
-//!   a bare timer (see [`Shared::worked_since`]).
+//!   (doubling to [`VacuumConfig::max_interval`]) and return to
+//!   [`VacuumConfig::check_interval`] once one removes dead tuples again.
+//! - With the worker's poll off, a round runs only when there was real work since the last
+//!   one, never on a bare timer (see [`Service::AFTER_WORK_ONLY`]).
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use super::Shared;
+use super::{LeaseLock, Service};
+use crate::client::Client;
 use crate::db;
-use crate::error::Error;
+use crate::error::{Error, Result};
 
-/// How often the dead-tuple count is read while there is work.
-pub(crate) const CHECK_INTERVAL: Duration = Duration::from_secs(5);
-/// The longest wait between checks while vacuums remove nothing (a held snapshot).
-pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(30);
 const LOCK: &str = "vacuum";
 /// Long enough for any VACUUM the statement timeout lets run; released after each.
 const LOCK_TTL: Duration = Duration::from_secs(120);
 
+/// The vacuum service's settings in a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct VacuumConfig {
+    /// Vacuum when the table's dead row versions reach this many (default
+    /// [`VacuumConfig::DEFAULT_THRESHOLD`], 1,000; at least 1).
+    pub threshold: u64,
+    /// How often the dead-tuple count is read while there is work (default 5 s).
+    pub check_interval: Duration,
+    /// The longest wait between checks while vacuums remove nothing (a held snapshot) or
+    /// fail (default 30 s).
+    pub max_interval: Duration,
+}
+
+impl VacuumConfig {
+    /// The default threshold.
+    pub(crate) const DEFAULT_THRESHOLD: u64 = 1_000;
+    /// The default check interval.
+    pub(crate) const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+    /// The default longest wait.
+    pub(crate) const DEFAULT_MAX_INTERVAL: Duration = Duration::from_secs(30);
+
+    /// The defaults with `threshold`.
+    pub(crate) fn with_threshold(threshold: u64) -> Self {
+        VacuumConfig {
+            threshold,
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for VacuumConfig {
+    fn default() -> Self {
+        VacuumConfig {
+            threshold: Self::DEFAULT_THRESHOLD,
+            check_interval: Self::DEFAULT_CHECK_INTERVAL,
+            max_interval: Self::DEFAULT_MAX_INTERVAL,
+        }
+    }
+}
+
 /// What one round did.
 #[derive(Debug, PartialEq, Eq)]
-enum Round {
+pub(crate) enum VacuumReport {
     /// Under the threshold, or another process holds the vacuum lock.
     Nothing,
     /// Vacuumed; dead tuples left afterwards, when the statistics system shows the vacuum
@@ -49,77 +85,91 @@ enum Round {
     NotAllowed,
 }
 
-pub(crate) async fn run(shared: Arc<Shared>) {
-    let Some(threshold) = shared.cfg.vacuum_threshold else {
-        return;
-    };
-    let threshold = i64::try_from(threshold).unwrap_or(i64::MAX).max(1);
-    let holder = holder_id();
-    let mut interval = CHECK_INTERVAL;
-    let mut seen = shared.activity();
-    loop {
-        tokio::select! {
-            () = shared.stop_services.cancelled() => return,
-            () = tokio::time::sleep(interval) => {}
+/// The vacuum service, with its current wait between checks.
+pub(crate) struct Vacuum {
+    client: Client,
+    cfg: VacuumConfig,
+    threshold: i64,
+    lock: LeaseLock,
+    interval: Duration,
+}
+
+impl Vacuum {
+    pub(crate) fn new(client: Client, cfg: VacuumConfig) -> Result<Self> {
+        Ok(Vacuum {
+            client,
+            cfg,
+            threshold: i64::try_from(cfg.threshold).unwrap_or(i64::MAX).max(1),
+            lock: LeaseLock::new(LOCK, LOCK_TTL)?,
+            interval: cfg.check_interval,
+        })
+    }
+}
+
+impl Service for Vacuum {
+    type Report = VacuumReport;
+    const NAME: &'static str = "vacuuming";
+
+    fn first_wait(&self) -> Duration {
+        self.interval
+    }
+
+    async fn run_once(&mut self) -> Result<VacuumReport> {
+        match run_once(&self.client, self.threshold, &self.lock).await {
+            Err(e) if insufficient_privilege(&e) => Ok(VacuumReport::NotAllowed),
+            r => r,
         }
-        if !shared.worked_since(&mut seen) {
-            continue;
-        }
-        match round(&shared, threshold, &holder).await {
-            Ok(Round::Nothing) => interval = CHECK_INTERVAL,
-            Ok(Round::Vacuumed { before, after }) => {
+    }
+
+    fn next(&mut self, last: &Result<VacuumReport>) -> Option<Duration> {
+        let backed_off = (self.interval * 2).min(self.cfg.max_interval);
+        self.interval = match last {
+            Ok(VacuumReport::Nothing) => self.cfg.check_interval,
+            Ok(VacuumReport::Vacuumed { before, after }) => {
                 tracing::debug!(before, after, "vacuumed the jobs table");
                 // Still over the threshold right after a VACUUM: something (a long
                 // transaction, a replication slot) holds the dead tuples back. Look less
                 // often until that passes.
-                interval = if after.is_some_and(|a| a >= threshold) {
-                    (interval * 2).min(MAX_INTERVAL)
+                if after.is_some_and(|a| a >= self.threshold) {
+                    backed_off
                 } else {
-                    CHECK_INTERVAL
-                };
+                    self.cfg.check_interval
+                }
             }
-            Ok(Round::NotAllowed) => {
-                not_allowed();
-                return;
+            Ok(VacuumReport::NotAllowed) => {
+                tracing::warn!(
+                    "this role may not VACUUM the jobs table (it needs to own it, or MAINTAIN on \
+                     PostgreSQL 17 and later): dead tuples are left to autovacuum"
+                );
+                return None;
             }
-            Err(e) if insufficient_privilege(&e) => {
-                not_allowed();
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %super::producer::error_chain(&e), "vacuuming failed");
-                interval = (interval * 2).min(MAX_INTERVAL);
-            }
-        }
+            Err(_) => backed_off,
+        };
+        Some(self.interval)
     }
 }
 
-fn not_allowed() {
-    tracing::warn!(
-        "this role may not VACUUM the jobs table (it needs to own it, or MAINTAIN on \
-         PostgreSQL 17 and later): dead tuples are left to autovacuum"
-    );
-}
-
-async fn round(shared: &Shared, threshold: i64, holder: &str) -> Result<Round, Error> {
+/// One round: reads the dead-tuple count and, at or past `threshold`, vacuums the table
+/// under `lock`.
+pub(crate) async fn run_once(
+    client: &Client,
+    threshold: i64,
+    lock: &LeaseLock,
+) -> Result<VacuumReport> {
     const OP: &str = "vacuum the jobs table";
-    let sql = shared.client.sql();
-    let conn = shared.client.conn(OP).await?;
+    let sql = client.sql();
+    let conn = client.conn(OP).await?;
     let (before, vacuums, may) = db::maintenance::dead_tuples(&**conn, sql)
         .await
         .map_err(Error::db(OP))?;
     if !may {
-        return Ok(Round::NotAllowed);
+        return Ok(VacuumReport::NotAllowed);
     }
     if before < threshold {
-        return Ok(Round::Nothing);
+        return Ok(VacuumReport::Nothing);
     }
-    let ttl_us = crate::input::micros("lock", LOCK_TTL)?;
-    if !db::maintenance::lock_acquire(&**conn, sql, LOCK, holder, ttl_us)
-        .await
-        .map_err(Error::db(OP))?
-    {
-        return Ok(Round::Nothing);
+    if !lock.acquire(&**conn, sql).await.map_err(Error::db(OP))? {
+        return Ok(VacuumReport::Nothing);
     }
     let vacuumed = db::maintenance::vacuum(&**conn, sql)
         .await
@@ -131,12 +181,10 @@ async fn round(shared: &Shared, threshold: i64, holder: &str) -> Result<Round, E
             .map_err(Error::db(OP)),
         Err(_) => Ok(None),
     };
-    let released = db::maintenance::lock_release(&**conn, sql, LOCK, holder)
-        .await
-        .map_err(Error::db(OP));
+    let released = lock.release(&**conn, sql).await.map_err(Error::db(OP));
     vacuumed?;
     released?;
-    Ok(Round::Vacuumed {
+    Ok(VacuumReport::Vacuumed {
         before,
         after: after?,
     })
@@ -154,12 +202,4 @@ fn insufficient_privilege(e: &Error) -> bool {
         cur = c.source();
     }
     false
-}
-
-fn holder_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("pid {} {nanos}", std::process::id())
 }
