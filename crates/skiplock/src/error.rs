@@ -46,7 +46,7 @@ pub enum Error {
         /// What we were doing.
         op: &'static str,
         /// The job.
-        id: crate::job::JobId,
+        id: crate::job_id::JobId,
     },
 
     /// No connection could be had from the pool while doing `op`.

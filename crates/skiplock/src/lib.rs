@@ -51,6 +51,7 @@ mod handler;
 pub mod health;
 pub mod input;
 mod job;
+mod job_id;
 pub mod lab;
 mod maintenance;
 mod migrate;
