@@ -160,7 +160,7 @@ pub(crate) async fn run_once(client: &Client, opts: PruneOptions) -> Result<Prun
         ));
     }
     let retention_us = input::delay_micros(opts.older_than)?;
-    let lock = LeaseLock::new(PRUNE_LOCK, LOCK_TTL)?;
+    let lock = LeaseLock::new(PRUNE_LOCK, LOCK_TTL);
     let conn = client.conn(OP).await?;
     let sql = client.sql();
     let mut report = PruneReport {

@@ -95,14 +95,14 @@ pub(crate) struct Vacuum {
 }
 
 impl Vacuum {
-    pub(crate) fn new(client: Client, cfg: VacuumConfig) -> Result<Self> {
-        Ok(Vacuum {
+    pub(crate) fn new(client: Client, cfg: VacuumConfig) -> Self {
+        Vacuum {
             client,
             cfg,
             threshold: i64::try_from(cfg.threshold).unwrap_or(i64::MAX).max(1),
-            lock: LeaseLock::new(LOCK, LOCK_TTL)?,
+            lock: LeaseLock::new(LOCK, LOCK_TTL),
             interval: cfg.check_interval,
-        })
+        }
     }
 }
 

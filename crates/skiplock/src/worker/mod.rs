@@ -266,7 +266,7 @@ impl Worker {
         completer.spawn(completer::run(shared.clone(), finish_rx));
         services.spawn(heartbeat::run(shared.clone()));
         if mode == Mode::Serve {
-            spawn_maintenance(&shared, &mut services)?;
+            spawn_maintenance(&shared, &mut services);
             if shared.listen_config.is_some() {
                 services.spawn(listener::run(shared.clone()));
             }
@@ -328,7 +328,7 @@ impl Worker {
 /// [`maintenance::drive`] until the services stop. With the poll off, a round of a service
 /// that sends statements runs only if there was real work since the last one (see
 /// [`Shared::worked_since`]), so that an idle worker sends nothing.
-fn spawn_maintenance(shared: &Arc<Shared>, services: &mut JoinSet<()>) -> Result<()> {
+fn spawn_maintenance(shared: &Arc<Shared>, services: &mut JoinSet<()>) {
     let cfg = &shared.cfg;
     let client = shared.client.clone();
     services.spawn(maintain(
@@ -346,7 +346,7 @@ fn spawn_maintenance(shared: &Arc<Shared>, services: &mut JoinSet<()>) -> Result
     if let Some(v) = cfg.vacuum() {
         services.spawn(maintain(
             shared.clone(),
-            Vacuum::new(client.clone(), v)?,
+            Vacuum::new(client.clone(), v),
             |_, _| {},
         ));
     }
@@ -358,7 +358,6 @@ fn spawn_maintenance(shared: &Arc<Shared>, services: &mut JoinSet<()>) -> Result
             |_, _| {},
         ));
     }
-    Ok(())
 }
 
 /// Drives `service` in this worker, handing each round's result to `after`.
