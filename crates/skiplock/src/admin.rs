@@ -1,9 +1,9 @@
 //! Operator actions on individual jobs: retry now, cancel, delete; on a pooled connection or
 //! through the caller's own connection or transaction.
 
+use crate::caller_tx::{Conn, Executor};
 use crate::client::Client;
 use crate::error::Result;
-use crate::executor::{Conn, Executor};
 use crate::job::{JobId, JobState};
 
 /// What an admin call did to each id.

@@ -8,13 +8,12 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use crate::db::job::{Finish, Verdict, Written};
 use crate::tls::{Connector, TlsSettings};
 
+use crate::caller_tx::Executor;
 use crate::db::{self, Sql, Statement, Store};
 use crate::error::{Error, Result};
-use crate::executor::Executor;
 use crate::input;
 use crate::job::{
-    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
-    Transition,
+    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, Retry, Transition,
 };
 use crate::migrate::{self, MigrationReport};
 use crate::outcome::Outcome;
@@ -327,9 +326,6 @@ const BUSY_FIRST_WAIT: Duration = Duration::from_millis(20);
 const BUSY_MAX_WAIT: Duration = Duration::from_millis(500);
 /// ... for about this long before the manual call reports [`Error::Busy`].
 const BUSY_GIVE_UP: Duration = Duration::from_secs(10);
-
-/// The most reaper rounds one [`Client::reap`] runs.
-pub(crate) const MAX_REAP_ROUNDS: usize = 100;
 
 fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
     Finish {
@@ -694,26 +690,6 @@ impl Client {
             tokio::time::sleep(busy_wait).await;
             busy_wait = (busy_wait * 2).min(BUSY_MAX_WAIT);
         }
-    }
-
-    /// Returns jobs whose lease has expired to `queued`, or to `failed` if they have used all
-    /// their attempts, and moves queued jobs with no attempt left to `failed`. Keeps an
-    /// earlier `last_error`, else records `lease expired` (or `no attempts left`). Runs the
-    /// worker reaper's statement in rounds of up to 1,000 rows of each kind until a round
-    /// comes back short; a row another session holds locked is left for a later call.
-    pub async fn reap(&self) -> Result<Vec<ReapedJob>> {
-        const OP: &str = "reap expired leases";
-        let conn = self.conn(OP).await?;
-        let mut all = Vec::new();
-        for _ in 0..MAX_REAP_ROUNDS {
-            let round = self.store().job_reap(&**conn).await?;
-            let full = round.len() >= usize::try_from(db::job::REAP_BATCH).unwrap_or(usize::MAX);
-            all.extend(round);
-            if !full {
-                break;
-            }
-        }
-        Ok(all)
     }
 
     /// One job by id, or `None`.

@@ -57,7 +57,7 @@ pub enum Error {
         /// What we were doing.
         op: &'static str,
         /// The job.
-        id: crate::job::JobId,
+        id: crate::job_id::JobId,
     },
 
     /// No connection could be had from the pool while doing `op`.
@@ -153,4 +153,16 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// `e` and its sources on one line, each after a `: `, for the log.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s.replace('\n', " ")
 }

@@ -8,16 +8,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::input;
-
-/// A job's id (the `jobs.id` identity column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobId(pub i64);
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+pub use crate::job_id::JobId;
 
 /// The four states of the article's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

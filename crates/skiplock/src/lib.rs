@@ -43,14 +43,15 @@
 
 mod admin;
 pub mod bench;
+mod caller_tx;
 mod client;
 mod db;
 mod error;
-mod executor;
 mod handler;
 pub mod health;
 pub mod input;
 mod job;
+mod job_id;
 pub mod lab;
 mod maintenance;
 mod migrate;
@@ -60,6 +61,7 @@ mod tls;
 mod worker;
 
 pub use admin::AdminReport;
+pub use caller_tx::{Conn, Executor};
 #[allow(deprecated)]
 pub use client::DEFAULT_LEASE;
 pub use client::{
@@ -68,7 +70,6 @@ pub use client::{
 };
 pub use db::Statement;
 pub use error::{Error, Result};
-pub use executor::{Conn, Executor};
 pub use handler::{BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry};
 pub use job::{
     Backoff, ClaimedJob, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
@@ -77,6 +78,8 @@ pub use job::{
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
+#[doc(hidden)]
+pub use worker::{JobEnd, WorkerEvent};
 pub use worker::{RunStats, StatsHandle, Worker, WorkerBuilder, WorkerConfig};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.

@@ -6,9 +6,9 @@
 //! migrating at once serialise (the second finds nothing left to do), and a failure leaves
 //! the schema as it was. Applied versions are recorded in `<schema>.schema_migrations`.
 
+use crate::caller_tx::Conn;
 use crate::db::{self, Sql, Store};
 use crate::error::{Error, Result};
-use crate::executor::Conn;
 use crate::schema::Schema;
 
 /// One embedded migration.

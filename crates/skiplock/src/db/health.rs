@@ -6,7 +6,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Error as PgError, GenericClient};
 
 use super::{Sql, Store};
-use crate::health::{Blocker, QueueHealth, TableHealth};
+use crate::health::report::{Blocker, QueueHealth, TableHealth};
 
 use crate::error::{Error, Result};
 

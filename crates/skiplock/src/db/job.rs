@@ -13,7 +13,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 use super::{job_state, on_conn, Sql, Store};
-use crate::executor::Conn;
+use crate::caller_tx::Conn;
 use crate::job::{
     ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob, Transition,
 };

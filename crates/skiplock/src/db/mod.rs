@@ -52,20 +52,20 @@ impl Store {
     }
 }
 
-/// Runs one statement through a caller's [`Conn`](crate::executor::Conn): `$tokio` with
+/// Runs one statement through a caller's [`Conn`](crate::caller_tx::Conn): `$tokio` with
 /// `$c` bound to the tokio-postgres client or transaction, or `$sqlx` with `$c` bound to
 /// the sqlx connection; either error becomes `$op`'s.
 macro_rules! on_conn {
     ($conn:expr, $op:expr, |$c:ident| $tokio:expr, sqlx: $sqlx:expr $(,)?) => {
         match $conn {
-            $crate::executor::Conn::TokioClient($c) => {
+            $crate::caller_tx::Conn::TokioClient($c) => {
                 $tokio.await.map_err($crate::error::Error::db($op))
             }
-            $crate::executor::Conn::TokioTx($c) => {
+            $crate::caller_tx::Conn::TokioTx($c) => {
                 $tokio.await.map_err($crate::error::Error::db($op))
             }
             #[cfg(feature = "sqlx-0_8")]
-            $crate::executor::Conn::Sqlx($c) => {
+            $crate::caller_tx::Conn::Sqlx($c) => {
                 $sqlx.await.map_err($crate::error::Error::sqlx($op))
             }
         }

@@ -6,7 +6,7 @@ use tokio_postgres::{Error as PgError, GenericClient};
 
 use super::{on_conn, Store};
 use crate::error::{Error, Result};
-use crate::executor::Conn;
+use crate::caller_tx::Conn;
 use crate::migrate::Migration;
 
 const BEGIN: &str = "begin the migration transaction";

@@ -14,24 +14,26 @@
 //! affected, and an error text the database cannot encode is written again with its
 //! non-ASCII characters escaped.
 //!
-//! Until its outcome is written or given up, a job stays in the [`Outbox`]'s pending set,
+//! Until its outcome is written or given up, a job stays in the
+//! [`Outbox`](super::outbox::Outbox)'s pending set,
 //! and the heartbeat keeps renewing its lease: a slow or retried write cannot let the lease
 //! expire and the job run twice.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{backoff, Counters, Shared};
+use super::backoff::backoff;
+use super::events::JobEnd;
+use super::state::Shared;
 use crate::db::{
     self,
     job::{Finish, Verdict, Written},
 };
-use crate::error::Error;
-use crate::job::{JobId, JobState};
+use crate::error::{error_chain, Error};
+use crate::job::JobState;
 use crate::outcome::Outcome;
 
 /// How many times a batch is tried after connection or server errors before giving up.
@@ -42,51 +44,6 @@ const BUSY_MAX_WAIT: Duration = Duration::from_secs(1);
 /// At shutdown, busy rows are tried for this long before they are given up (their leases
 /// expire and the reaper hands the jobs out again).
 const BUSY_AT_STOP: Duration = Duration::from_secs(5);
-
-/// The sending side of the completer: the executors' outcomes, and the set of jobs whose
-/// outcome is not written yet (their leases are still renewed).
-#[derive(Clone)]
-pub(crate) struct Outbox {
-    tx: mpsc::UnboundedSender<Finish>,
-    pending: Arc<Mutex<HashSet<(JobId, i32)>>>,
-}
-
-/// A new outbox and the completer's receiving end.
-pub(crate) fn channel() -> (Outbox, mpsc::UnboundedReceiver<Finish>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (
-        Outbox {
-            tx,
-            pending: Arc::default(),
-        },
-        rx,
-    )
-}
-
-impl Outbox {
-    /// Queues an outcome for writing; the job counts as pending until it is written.
-    pub(crate) fn send(&self, f: Finish) -> Result<(), mpsc::error::SendError<Finish>> {
-        let key = (f.id, f.attempt);
-        self.pending().insert(key);
-        self.tx.send(f).inspect_err(|_| {
-            self.pending().remove(&key);
-        })
-    }
-
-    /// The jobs whose outcome is not written yet, with their attempt.
-    pub(crate) fn pending_jobs(&self) -> Vec<(JobId, i32)> {
-        self.pending().iter().copied().collect()
-    }
-
-    fn done_with(&self, f: &Finish) {
-        self.pending().remove(&(f.id, f.attempt));
-    }
-
-    fn pending(&self) -> MutexGuard<'_, HashSet<(JobId, i32)>> {
-        // Single inserts and removes: a poisoned lock is still consistent.
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 /// Rows the database reported busy, waiting to be tried again.
 #[derive(Default)]
@@ -187,7 +144,7 @@ async fn write_chunk(shared: &Shared, chunk: &[Finish], busy: &mut Vec<Finish>) 
     match write_retrying(shared, chunk).await {
         Ok((verdicts, failures)) => account(shared, chunk, verdicts, failures, busy),
         Err(Failure::Deterministic(e)) if chunk.len() > 1 => {
-            tracing::warn!(jobs = chunk.len(), error = %super::producer::error_chain(&e), "a batch of outcomes was refused; writing its rows one by one");
+            tracing::warn!(jobs = chunk.len(), error = %error_chain(&e), "a batch of outcomes was refused; writing its rows one by one");
             for f in chunk {
                 write_one(shared, f.clone(), busy).await;
             }
@@ -240,7 +197,7 @@ fn give_up(shared: &Shared, rows: &[Finish], e: &Error) {
     tracing::error!(
         jobs = rows.len(),
         ids = ?rows.iter().map(|f| f.id.0).collect::<Vec<_>>(),
-        error = %super::producer::error_chain(e),
+        error = %error_chain(e),
         "could not write job outcomes; their leases will expire and the reaper will retry them"
     );
     for f in rows {
@@ -280,7 +237,7 @@ async fn write_retrying(
                     return Err(Failure::GaveUp(e));
                 }
                 let wait = backoff(failures, Duration::from_secs(5));
-                tracing::warn!(error = %super::producer::error_chain(&e), retry_in = ?wait, "writing job outcomes failed");
+                tracing::warn!(error = %error_chain(&e), retry_in = ?wait, "writing job outcomes failed");
                 tokio::time::sleep(wait).await;
             }
         }
@@ -309,15 +266,16 @@ fn account(
                     let wait = Duration::from_micros(w.retry_in_us.max(0).unsigned_abs());
                     shared.wake_queue_at(&f.queue, Instant::now() + wait);
                 }
-                match (&f.outcome, w.state) {
-                    (Outcome::Complete, _) => Counters::add(&c.done, 1),
-                    (_, JobState::Failed) => Counters::add(&c.failed, 1),
-                    (o, _) if o.is_requeue() => Counters::add(&c.requeued, 1),
-                    _ => Counters::add(&c.retried, 1),
-                }
+                let end = match (&f.outcome, w.state) {
+                    (Outcome::Complete, _) => JobEnd::Done,
+                    (_, JobState::Failed) => JobEnd::Failed,
+                    (o, _) if o.is_requeue() => JobEnd::Requeued,
+                    _ => JobEnd::Retried,
+                };
+                c.ended(f.id, f.attempt, end);
             }
             Verdict::Lost => {
-                Counters::add(&c.lost, 1);
+                c.ended(f.id, f.attempt, JobEnd::Lost);
                 if failures > 0 {
                     tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not applied; it may have been written before the connection failed");
                 } else {

@@ -10,8 +10,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::{AttemptKey, Counters, RunningJob, Shared};
+use super::events::JobEnd;
+use super::state::{AttemptKey, RunningJob, Shared};
 use crate::db::job::Finish;
+use crate::error::error_chain;
 use crate::handler::{JobContext, JobError};
 use crate::job::{Backoff, ClaimedJob};
 use crate::outcome::Outcome;
@@ -159,8 +161,8 @@ pub(crate) async fn run(
                     Outcome::retry(&format!("panicked: {}", panic_message(&*panic)), backoff)
                 }
                 Some(Ok(Ok(()))) => Outcome::Complete,
-                Some(Ok(Err(JobError::Retry(e)))) => Outcome::retry(&chain(&*e), backoff),
-                Some(Ok(Err(JobError::Permanent(e)))) => Outcome::discard(&chain(&*e)),
+                Some(Ok(Err(JobError::Retry(e)))) => Outcome::retry(&error_chain(&*e), backoff),
+                Some(Ok(Err(JobError::Permanent(e)))) => Outcome::discard(&error_chain(&*e)),
                 Some(Ok(Err(JobError::Snooze(d)))) => Outcome::snooze(d),
             },
         }
@@ -172,7 +174,7 @@ pub(crate) async fn run(
     drop(permit);
     let _enter = span.enter();
     if lost {
-        Counters::add(&shared.counters.lost, 1);
+        shared.counters.ended(job.id, job.attempt, JobEnd::Lost);
         tracing::warn!("lease lost while running: result dropped (the job is no longer ours)");
         return;
     }
@@ -204,10 +206,6 @@ fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome) {
         // reaper hands the job to another worker.
         tracing::warn!(id = %job.id, "outcome not written: the worker is stopping");
     }
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    super::producer::error_chain(e)
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {

@@ -10,9 +10,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Shared;
+use super::events::WorkerEvent;
+use super::state::Shared;
 use crate::db::job::Verdict;
-use crate::error::Error;
+use crate::error::{error_chain, Error};
 use crate::job::JobId;
 
 /// Busy rows are tried again within the beat after 100 ms, 200 ms, 400 ms, 800 ms.
@@ -45,44 +46,53 @@ fn held(shared: &Shared) -> Vec<(JobId, i32)> {
     held
 }
 
+/// One round; tells the event subscribers what it renewed, unless the statement failed.
 async fn beat(shared: &Shared) {
     let mut todo = held(shared);
     if todo.is_empty() {
         return;
     }
     shared.note_activity();
+    let (mut renewed, mut lost_n) = (0, 0);
     let mut wait = BUSY_FIRST_WAIT;
     for round in 0..=BUSY_RETRIES {
         let verdicts = match extend(shared, &todo).await {
             Ok(v) => v,
             Err(e) => {
                 // The leases still run; the next beat tries again.
-                tracing::warn!(error = %super::producer::error_chain(&e), "heartbeat failed");
+                tracing::warn!(error = %error_chain(&e), "heartbeat failed");
                 return;
             }
         };
         let mut busy = Vec::new();
         for (job, v) in todo.iter().zip(verdicts) {
             match v {
-                Verdict::Applied(()) => {}
+                Verdict::Applied(()) => renewed += 1,
                 Verdict::Busy => busy.push(*job),
-                Verdict::Lost => lost(shared, *job),
+                Verdict::Lost => {
+                    lost_n += 1;
+                    lost(shared, *job);
+                }
             }
         }
         if busy.is_empty() {
-            return;
+            break;
         }
         if round == BUSY_RETRIES {
             tracing::debug!(
                 jobs = busy.len(),
                 "leases not renewed this beat: rows locked by another session"
             );
-            return;
+            break;
         }
         tokio::time::sleep(wait).await;
         wait *= 2;
         todo = busy;
     }
+    shared.counters.events.emit(|| WorkerEvent::Heartbeat {
+        renewed,
+        lost: lost_n,
+    });
 }
 
 /// A refused renewal: if the job is still running here, its handler is told to stop. (A job

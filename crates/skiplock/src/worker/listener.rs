@@ -18,8 +18,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_postgres::AsyncMessage;
 
-use super::{backoff, Shared};
-use crate::error::Error;
+use super::backoff::backoff;
+use super::events::WorkerEvent;
+use super::state::Shared;
+use crate::error::{error_chain, Error};
 use crate::job::JobId;
 
 /// How long the self-test notification may take to come back.
@@ -49,7 +51,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         match outcome {
             Ok(()) => tracing::warn!("LISTEN connection closed; reconnecting"),
             Err(e) => {
-                tracing::warn!(error = %super::producer::error_chain(&e), "LISTEN connection failed; reconnecting")
+                tracing::warn!(error = %error_chain(&e), "LISTEN connection failed; reconnecting")
             }
         }
         state.failures += 1;
@@ -100,13 +102,14 @@ async fn listen_once(
     }
     state.failures = 0;
     tracing::debug!(%channel, "listening");
+    shared.counters.events.emit(|| WorkerEvent::Listening);
     // Anything enqueued before this LISTEN took effect (while we were away, or between the
     // producers' first claim and now) sent its notification to nobody: look once.
     shared.wake_all();
 
     let token = format!(
         "{PROBE_PREFIX}{:016x}",
-        super::jitter(Duration::MAX).as_micros()
+        super::backoff::jitter(Duration::MAX).as_micros()
     );
     let send = send_probe(shared, &token);
     tokio::pin!(send);
@@ -130,7 +133,7 @@ async fn listen_once(
                 Err(e) => {
                     sending = false;
                     // Unknown, not deaf: the database may be briefly out of reach.
-                    tracing::debug!(error = %super::producer::error_chain(&e), "could not send the LISTEN self-test");
+                    tracing::debug!(error = %error_chain(&e), "could not send the LISTEN self-test");
                     probe = Probe::Settled;
                 }
             },

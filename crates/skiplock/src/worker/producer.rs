@@ -20,12 +20,24 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{backoff, executor, Counters, Mode, QueueSlot, Shared};
-use crate::error::Error;
+use super::backoff::backoff;
+use super::events::WorkerEvent;
+use super::executor;
+use super::state::{Counters, QueueSlot, Shared};
+use crate::error::{error_chain, Error};
 use crate::job::ClaimedJob;
 
 /// The least time between the starts of two next-due lookups of one queue.
 pub(crate) const LOOKUP_GAP: Duration = Duration::from_millis(50);
+
+/// How the producers run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Serve until the shutdown signal.
+    Serve,
+    /// Return when nothing is ready.
+    UntilIdle,
+}
 
 /// What a claim task returns: how many it asked for, the slots it holds, and the jobs.
 type Claimed = (u32, OwnedSemaphorePermit, Result<Vec<ClaimedJob>, Error>);
@@ -209,6 +221,10 @@ fn start(
     }
     shared.note_activity();
     Counters::add(&shared.counters.claimed, n as u64);
+    shared.counters.events.emit(|| WorkerEvent::Claimed {
+        queue: slot.name.clone(),
+        n,
+    });
     tracing::debug!(queue = %slot.name, claimed = n, "claimed jobs");
     for job in claimed {
         if shared.stop_claiming.is_cancelled() {
@@ -289,15 +305,4 @@ async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
             None
         }
     }
-}
-
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s.replace('\n', " ")
 }

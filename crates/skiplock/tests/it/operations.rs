@@ -223,6 +223,53 @@ async fn prune_takes_batches_keeps_recent_and_unfinished_and_can_archive() {
         .is_invalid_input());
 }
 
+/// The key of the workers' reaper lock: the schema's migration lock key (FNV-1a of
+/// `skiplock migrate <schema>`) plus one.
+fn reaper_lock_key(schema: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in "skiplock migrate ".bytes().chain(schema.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::from_ne_bytes(h.to_ne_bytes()).wrapping_add(1)
+}
+
+/// A manual reap runs the workers' reaper pass under the same lock: while another session
+/// holds it (a worker's reaper mid-round), the manual reap moves nothing and waits; once
+/// the lock is free, it reaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_reap_takes_the_workers_reaper_lock() {
+    let b = setup().await;
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    b.client.claim("default", 1, LEASE).await.unwrap();
+    b.expire_lease(id).await;
+    let mut other = b.db.connect().await.unwrap();
+    let tx = other.transaction().await.unwrap();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[&reaper_lock_key(b.db.schema())],
+    )
+    .await
+    .unwrap();
+    let client = b.client.clone();
+    let reap = tokio::spawn(async move { client.reap().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!reap.is_finished(), "the manual reap waits for the lock");
+    assert_eq!(
+        b.client.get(id).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+    tx.commit().await.unwrap();
+    let reaped = tokio::time::timeout(Duration::from_secs(5), reap)
+        .await
+        .expect("the manual reap ran once the lock was free")
+        .unwrap();
+    assert_eq!(
+        reaped.iter().map(|r| (r.id, r.state)).collect::<Vec<_>>(),
+        [(id, JobState::Queued)]
+    );
+}
+
 #[tokio::test]
 async fn only_one_pruner_runs_at_a_time() {
     let b = setup().await;

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use skiplock::{
-    Client, Job, JobContext, JobError, JobOptions, JobState, NewJob, Registry, RunStats,
-    Transition, Worker,
+    Client, Job, JobContext, JobEnd, JobError, JobId, JobOptions, JobState, NewJob, Registry,
+    RunStats, Transition, Worker, WorkerEvent,
 };
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::support::{setup, Bundle};
 
@@ -29,6 +30,66 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits for the first of a worker's events that `pick` takes, failing the test after
+/// `limit` (or if events were missed).
+pub(crate) async fn wait_for<T>(
+    events: &mut broadcast::Receiver<WorkerEvent>,
+    limit: Duration,
+    what: &str,
+    mut pick: impl FnMut(&WorkerEvent) -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
+            Ok(Ok(e)) => {
+                if let Some(t) = pick(&e) {
+                    return t;
+                }
+            }
+            Ok(Err(RecvError::Lagged(n))) => panic!("missed {n} events waiting for {what}"),
+            Ok(Err(RecvError::Closed)) => panic!("the worker went away before {what}"),
+        }
+    }
+}
+
+/// Waits until job `id` finishes (its outcome written, or dropped as lost); returns how.
+pub(crate) async fn finished(
+    events: &mut broadcast::Receiver<WorkerEvent>,
+    limit: Duration,
+    id: JobId,
+) -> JobEnd {
+    wait_for(events, limit, &format!("job {id} to finish"), |e| match e {
+        WorkerEvent::Finished { id: i, end, .. } if *i == id => Some(*end),
+        _ => None,
+    })
+    .await
+}
+
+/// Waits until the worker's LISTEN connection listens.
+pub(crate) async fn listening(events: &mut broadcast::Receiver<WorkerEvent>, limit: Duration) {
+    wait_for(events, limit, "the LISTEN connection", |e| {
+        matches!(e, WorkerEvent::Listening).then_some(())
+    })
+    .await;
+}
+
+/// Waits until the worker has claimed `n` jobs in all (from now on).
+pub(crate) async fn claimed(
+    events: &mut broadcast::Receiver<WorkerEvent>,
+    limit: Duration,
+    n: usize,
+) {
+    let mut seen = 0;
+    wait_for(events, limit, &format!("{n} jobs claimed"), |e| {
+        if let WorkerEvent::Claimed { n, .. } = e {
+            seen += n;
+        }
+        (seen >= n).then_some(())
+    })
+    .await;
 }
 
 pub(crate) fn client(b: &Bundle, app: &str) -> Client {
@@ -67,6 +128,8 @@ async fn four_workers_run_20_000_jobs_exactly_once() {
     }
     let runs: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
     let mut workers = Vec::new();
+    // Every worker's completions, on one channel (a missed event fails the test).
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Result<(), u64>>();
     for w in 0..4 {
         let runs = runs.clone();
         let registry = Registry::new().register_handler(
@@ -85,12 +148,34 @@ async fn four_workers_run_20_000_jobs_exactly_once() {
             .poll_interval(Some(Duration::from_millis(200)))
             .build()
             .unwrap();
+        let (mut events, done_tx) = (worker.events(), done_tx.clone());
+        tokio::spawn(async move {
+            loop {
+                let sent = match events.recv().await {
+                    Ok(WorkerEvent::Finished {
+                        end: JobEnd::Done, ..
+                    }) => done_tx.send(Ok(())),
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(n)) => done_tx.send(Err(n)),
+                    Err(RecvError::Closed) => return,
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
         workers.push(spawn_worker(worker));
     }
-    eventually(Duration::from_secs(180), "20,000 jobs done", || async {
-        b.count("status = 'done'").await == 20_000
+    tokio::time::timeout(Duration::from_secs(180), async {
+        for _ in 0..20_000 {
+            if let Some(Err(n)) = done_rx.recv().await {
+                panic!("missed {n} events");
+            }
+        }
     })
-    .await;
+    .await
+    .expect("20,000 jobs done within 180 s");
+    assert_eq!(b.count("status = 'done'").await, 20_000);
     let mut done = 0;
     for (stop, handle) in workers {
         stop.send(()).unwrap();
@@ -155,13 +240,21 @@ async fn an_aborted_worker_job_is_reaped_and_done_elsewhere() {
     .poll_interval(Some(Duration::from_millis(100)))
     .build()
     .unwrap();
+    let mut events = second.events();
     let (stop, handle) = spawn_worker(second);
-    eventually(
+    let reaped = wait_for(
+        &mut events,
         Duration::from_secs(20),
-        "the job done by the second worker",
-        || async { b.count("status = 'done'").await == 1 },
+        "the reap",
+        |e| match e {
+            WorkerEvent::Reaped { requeued, .. } if *requeued > 0 => Some(*requeued),
+            _ => None,
+        },
     )
     .await;
+    assert_eq!(reaped, 1);
+    let end = finished(&mut events, Duration::from_secs(20), id).await;
+    assert_eq!(end, JobEnd::Done);
     stop.send(()).unwrap();
     let stats = handle.await.unwrap();
     assert_eq!((stats.reaped, stats.done), (1, 1));
@@ -195,19 +288,15 @@ async fn wake_ups_come_from_notifications_and_survive_a_killed_listener() {
     .poll_interval(Some(Duration::from_secs(3600)))
     .build()
     .unwrap();
+    let mut events = worker.events();
     let (stop, handle) = spawn_worker(worker);
-    eventually(Duration::from_secs(10), "the LISTEN connection", || async {
-        listener_pid(&b).await.is_some()
-    })
-    .await;
+    listening(&mut events, Duration::from_secs(10)).await;
     let first_pid = listener_pid(&b).await.unwrap();
 
     // With an hour between polls, only the notification can start this job promptly.
-    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
-    eventually(Duration::from_secs(5), "the notified job done", || async {
-        b.count("status = 'done'").await == 1
-    })
-    .await;
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    let end = finished(&mut events, Duration::from_secs(5), id).await;
+    assert_eq!(end, JobEnd::Done);
 
     // Kill the LISTEN connection and enqueue while it is down: the notification goes to
     // nobody, yet the job starts right after the reconnect.
@@ -215,13 +304,10 @@ async fn wake_ups_come_from_notifications_and_survive_a_killed_listener() {
         .execute("SELECT pg_terminate_backend($1)", &[&first_pid])
         .await
         .unwrap();
-    b.client.enqueue(&NewJob::new("k", &2)).await.unwrap();
-    eventually(
-        Duration::from_secs(10),
-        "the job enqueued during the outage done",
-        || async { b.count("status = 'done'").await == 2 },
-    )
-    .await;
+    let id = b.client.enqueue(&NewJob::new("k", &2)).await.unwrap();
+    let end = finished(&mut events, Duration::from_secs(10), id).await;
+    assert_eq!(end, JobEnd::Done);
+    assert_eq!(b.count("status = 'done'").await, 2);
     let second_pid = listener_pid(&b).await;
     assert!(second_pid.is_some_and(|p| p != first_pid), "reconnected");
     stop.send(()).unwrap();
@@ -397,20 +483,17 @@ async fn heartbeats_keep_a_long_job_and_a_lost_lease_cancels_it() {
         .poll_interval(Some(Duration::from_millis(100)))
         .build()
         .unwrap();
+    let mut events = worker.events();
     let (stop, handle) = spawn_worker(worker);
     // Three times its lease, with a reaper running every 100 ms: still attempt 1.
-    eventually(Duration::from_secs(15), "the long job done", || async {
-        b.count("status = 'done'").await == 1
-    })
-    .await;
+    let end = finished(&mut events, Duration::from_secs(15), long).await;
+    assert_eq!(end, JobEnd::Done);
     let r = b.client.get(long).await.unwrap().unwrap();
     assert_eq!((r.state, r.attempts), (JobState::Done, 1));
 
     let taken = b.client.enqueue(&NewJob::new("taken", &1)).await.unwrap();
-    eventually(Duration::from_secs(5), "the second job running", || async {
-        b.count("status = 'running'").await == 1
-    })
-    .await;
+    claimed(&mut events, Duration::from_secs(5), 1).await;
+    assert_eq!(b.count("status = 'running'").await, 1);
     // Someone else takes the job away (as a reaper and another claim would).
     b.raw
         .execute(
@@ -420,12 +503,25 @@ async fn heartbeats_keep_a_long_job_and_a_lost_lease_cancels_it() {
         )
         .await
         .unwrap();
-    eventually(
+    // The next heartbeat finds the lease lost and cancels the handler; its result is
+    // dropped.
+    let lost = wait_for(
+        &mut events,
         Duration::from_secs(5),
-        "the handler to observe cancellation",
-        || async { cancelled.load(Ordering::SeqCst) },
+        "the lost lease",
+        |e| match e {
+            WorkerEvent::Heartbeat { lost, .. } if *lost > 0 => Some(*lost),
+            _ => None,
+        },
     )
     .await;
+    assert_eq!(lost, 1);
+    let end = finished(&mut events, Duration::from_secs(5), taken).await;
+    assert_eq!(end, JobEnd::Lost);
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "the handler observed cancellation"
+    );
     stop.send(()).unwrap();
     let stats = handle.await.unwrap();
     assert_eq!(stats.lost, 1);
@@ -554,7 +650,7 @@ async fn no_connection_is_idle_in_transaction_while_a_job_runs() {
             }
         })
     };
-    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
     let app = format!("idle-tx-{}", b.db.schema());
     let worker = Worker::builder(client(&b, &app), registry)
         .queue("default", 1)
@@ -562,6 +658,7 @@ async fn no_connection_is_idle_in_transaction_while_a_job_runs() {
         .heartbeat_interval(Duration::from_millis(200))
         .build()
         .unwrap();
+    let mut events = worker.events();
     let (stop, handle) = spawn_worker(worker);
     running.notified().await;
     // Watch the worker's connections for a while, heartbeats included.
@@ -585,10 +682,8 @@ async fn no_connection_is_idle_in_transaction_while_a_job_runs() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     release.notify_one();
-    eventually(Duration::from_secs(5), "the job done", || async {
-        b.count("status = 'done'").await == 1
-    })
-    .await;
+    let end = finished(&mut events, Duration::from_secs(5), id).await;
+    assert_eq!(end, JobEnd::Done);
     stop.send(()).unwrap();
     handle.await.unwrap();
 }
@@ -650,11 +745,9 @@ async fn shutdown_hands_back_what_it_cancels_at_the_deadline() {
         .shutdown_timeout(Duration::from_millis(300))
         .build()
         .unwrap();
+    let mut events = worker.events();
     let (stop, handle) = spawn_worker(worker);
-    eventually(Duration::from_secs(5), "both jobs running", || async {
-        started.load(Ordering::SeqCst) == 2
-    })
-    .await;
+    claimed(&mut events, Duration::from_secs(5), 2).await;
     stop.send(()).unwrap();
     let stats = tokio::time::timeout(Duration::from_secs(10), handle)
         .await
@@ -767,13 +860,12 @@ async fn an_idle_worker_with_polling_off_sends_nothing() {
         .idle_connection_timeout(Some(Duration::from_secs(1)))
         .build()
         .unwrap();
+    let mut events = worker.events();
     let (stop, handle) = spawn_worker(worker);
     // Some real work first, so that the pool has connections and maintenance has run.
-    b.client.enqueue(&NewJob::new("k", &0)).await.unwrap();
-    eventually(Duration::from_secs(10), "the first job", || async {
-        b.count("status = 'done'").await == 1
-    })
-    .await;
+    let id = b.client.enqueue(&NewJob::new("k", &0)).await.unwrap();
+    let end = finished(&mut events, Duration::from_secs(10), id).await;
+    assert_eq!(end, JobEnd::Done);
     let listen_query = format!("LISTEN {}", b.client.schema().channel_quoted());
     let snapshot = || async {
         let rows = b
@@ -814,11 +906,10 @@ async fn an_idle_worker_with_polling_off_sends_nothing() {
     assert_eq!(before, after, "a statement was sent while idle");
 
     let enqueued = std::time::Instant::now();
-    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
-    eventually(Duration::from_secs(5), "the second job", || async {
-        started.lock().unwrap().len() == 2
-    })
-    .await;
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    let end = finished(&mut events, Duration::from_secs(5), id).await;
+    assert_eq!(end, JobEnd::Done);
+    assert_eq!(started.lock().unwrap().len(), 2);
     let took = started.lock().unwrap()[1].duration_since(enqueued);
     assert!(
         took < Duration::from_secs(1),

@@ -1,0 +1,164 @@
+//! Returns jobs whose lease expired to the queue, and fails queued jobs with no attempt left
+//! (`job_reap.sql`), at most one reaper at a time across all processes (a transaction-scoped
+//! advisory lock; the others skip the round). Each round moves at most 1,000 rows of each
+//! kind, in id order, skipping rows another session holds locked; rounds repeat while they
+//! come back full. A worker reaps every [`ReaperConfig::interval`]; with its fallback poll
+//! off, only when there was real work since its last round. [`Client::reap`] runs the same
+//! pass under the same lock.
+
+use std::time::Duration;
+
+use super::Service;
+use crate::client::Client;
+use crate::db;
+use crate::error::Result;
+use crate::job::{JobState, ReapedJob};
+
+/// The most rounds one pass runs.
+pub(crate) const MAX_ROUNDS: usize = 100;
+
+/// How long [`Client::reap`] waits for another process's round to end before it gives up
+/// its own (that process is reaping the same rows).
+const MANUAL_WAIT: Duration = Duration::from_secs(10);
+
+/// The reaper's settings in a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReaperConfig {
+    /// How often (default [`ReaperConfig::DEFAULT_INTERVAL`], 30 s).
+    pub interval: Duration,
+}
+
+impl ReaperConfig {
+    /// The default interval between passes.
+    pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
+}
+
+impl Default for ReaperConfig {
+    fn default() -> Self {
+        ReaperConfig {
+            interval: Self::DEFAULT_INTERVAL,
+        }
+    }
+}
+
+/// What one reaper pass did.
+#[derive(Debug, Default)]
+pub(crate) struct ReapReport {
+    /// The jobs it moved, in the order it moved them.
+    pub jobs: Vec<ReapedJob>,
+    /// Rounds that moved rows or found none (each its own transaction).
+    pub rounds: u32,
+    /// Another process held the reaper's lock: a round was skipped, and the pass ended.
+    pub skipped: bool,
+}
+
+impl ReapReport {
+    /// Jobs put back in the queue.
+    pub(crate) fn requeued(&self) -> u64 {
+        self.jobs
+            .iter()
+            .filter(|j| j.state == JobState::Queued)
+            .count() as u64
+    }
+
+    /// Jobs moved to `failed` (no attempt left).
+    pub(crate) fn failed(&self) -> u64 {
+        self.jobs.len() as u64 - self.requeued()
+    }
+}
+
+/// The reaper as a worker's service.
+pub(crate) struct Reaper {
+    client: Client,
+    cfg: ReaperConfig,
+}
+
+impl Reaper {
+    pub(crate) fn new(client: Client, cfg: ReaperConfig) -> Self {
+        Reaper { client, cfg }
+    }
+}
+
+impl Service for Reaper {
+    type Report = ReapReport;
+    const NAME: &'static str = "reaping";
+
+    fn first_wait(&self) -> Duration {
+        self.cfg.interval
+    }
+
+    async fn run_once(&mut self) -> Result<ReapReport> {
+        run_once(&self.client).await
+    }
+
+    fn next(&mut self, _: &Result<ReapReport>) -> Option<Duration> {
+        Some(self.cfg.interval)
+    }
+}
+
+/// One reaper pass: rounds of at most 1,000 rows of each kind until one comes back short,
+/// at most [`MAX_ROUNDS`], each in its own transaction under the reaper's lock.
+pub(crate) async fn run_once(client: &Client) -> Result<ReapReport> {
+    let mut report = ReapReport::default();
+    for _ in 0..MAX_ROUNDS {
+        let Some(round) = round(client).await? else {
+            report.skipped = true;
+            break;
+        };
+        let full = round.len() >= usize::try_from(db::job::REAP_BATCH).unwrap_or(usize::MAX);
+        report.rounds += 1;
+        report.jobs.extend(round);
+        if !full {
+            break;
+        }
+    }
+    Ok(report)
+}
+
+/// One round in its own transaction: the rows it moved, or `None` if another process holds
+/// the reaper's lock.
+async fn round(client: &Client) -> Result<Option<Vec<ReapedJob>>> {
+    const OP: &str = "reap expired leases";
+    let mut conn = client.conn(OP).await?;
+    let store = client.store();
+    let tx = store.begin(&mut conn, OP).await?;
+    if !store.reaper_try_lock(&*tx, lock_key(client)).await? {
+        return Ok(None);
+    }
+    let reaped = store.job_reap(&*tx).await?;
+    store.commit(tx, OP).await?;
+    for r in &reaped {
+        tracing::info!(id = %r.id, attempts = r.attempts, to = %r.state, "reaped");
+    }
+    Ok(Some(reaped))
+}
+
+/// The reaper's advisory lock key: the schema's migration lock key, plus one.
+fn lock_key(client: &Client) -> i64 {
+    crate::migrate::lock_key(client.schema()).wrapping_add(1)
+}
+
+impl Client {
+    /// Returns jobs whose lease has expired to `queued`, or to `failed` if they have used all
+    /// their attempts, and moves queued jobs with no attempt left to `failed`. Keeps an
+    /// earlier `last_error`, else records `lease expired` (or `no attempts left`). Runs the
+    /// worker reaper's pass, under the same lock: rounds of up to 1,000 rows of each kind,
+    /// each in its own transaction, until a round comes back short; a row another session
+    /// holds locked is left for a later call. While another process's reaper holds the lock,
+    /// it waits for that round to end (up to 10 s; past that, that process reaps the rows).
+    pub async fn reap(&self) -> Result<Vec<ReapedJob>> {
+        let give_up = tokio::time::Instant::now() + MANUAL_WAIT;
+        let mut wait = Duration::from_millis(20);
+        loop {
+            let report = run_once(self).await?;
+            if !report.skipped
+                || !report.jobs.is_empty()
+                || tokio::time::Instant::now() + wait > give_up
+            {
+                return Ok(report.jobs);
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_millis(500));
+        }
+    }
+}

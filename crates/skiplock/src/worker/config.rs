@@ -1,0 +1,294 @@
+//! The worker's settings: [`WorkerConfig`], with a default for each, the
+//! [`WorkerBuilder`]'s setters, and their checks. The maintenance services' own settings
+//! are derived from them here.
+
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::handler::Registry;
+use crate::input;
+use crate::maintenance::idle::IdleConfig;
+use crate::maintenance::pruner::PrunerConfig;
+use crate::maintenance::reaper::ReaperConfig;
+use crate::maintenance::vacuum::VacuumConfig;
+use crate::maintenance::PruneOptions;
+
+/// Worker settings, all with defaults; see each field.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// How long a claim's lease lasts, renewed by heartbeats while the job runs (default
+    /// 60 s). A worker that dies holds its jobs at most this long before the reaper hands them
+    /// to another worker.
+    pub lease: Duration,
+    /// How often the leases of running jobs are renewed, in one statement for all of them
+    /// (default 20 s; must be shorter than the lease).
+    pub heartbeat_interval: Duration,
+    /// The fallback poll: how often each queue claims even without a notification (default
+    /// 5 s). `None` turns it off: the worker then sends no statement at all while idle, and
+    /// wakes only on notifications, on its own retries and snoozes and the scheduled jobs it
+    /// knows of, on jobs its reaper returns, and after reconnecting its LISTEN connection.
+    /// While the LISTEN connection is down, or hears nothing (its self-test notification did
+    /// not come back, as through a transaction-pooling proxy), the worker polls at
+    /// [`WorkerConfig::DEFAULT_POLL_INTERVAL`] instead (see
+    /// [`StatsHandle::polling_fallback`](crate::StatsHandle::polling_fallback)).
+    pub poll_interval: Option<Duration>,
+    /// How often expired leases are reaped (default 30 s). At most one reaper runs at a time
+    /// across all processes. With the poll off, the reaper runs only after real work (a claim
+    /// or a notification), never on a bare timer.
+    pub reap_interval: Duration,
+    /// How long shutdown waits for running jobs before cancelling them and putting them back
+    /// in the queue (default 30 s).
+    pub shutdown_timeout: Duration,
+    /// The most jobs one claim takes (default 100); a claim never takes more than the queue
+    /// has free slots.
+    pub max_claim_batch: u32,
+    /// The most outcomes written in one statement (default 1,000).
+    pub max_finish_batch: usize,
+    /// How many claims one queue may have running at once, each on its own connection
+    /// (default `None`: automatic, see [`WorkerConfig::claims_in_flight_for`]). Each claim
+    /// asks for at most `max_claim_batch` jobs and at most the queue's concurrency divided by
+    /// this number, and all claims together never take more jobs than the queue has free
+    /// slots. Several claims in flight keep a large queue fed while earlier claims' jobs are
+    /// still being written, and let a notification start a claim at once while another is
+    /// still out. The worker's own pool grows by one connection per claim in flight.
+    pub claims_in_flight: Option<usize>,
+    /// Whether to LISTEN for wake-ups (default true).
+    pub listen: bool,
+    /// Pruning of finished jobs by the worker (default: `done` jobs older than 7 days,
+    /// deleted); `None` turns it off. One process prunes at a time.
+    pub prune: Option<PruneOptions>,
+    /// How often the worker prunes (default 1 hour). With the poll off, only after real work.
+    pub prune_interval: Duration,
+    /// Pool connections unused for this long are closed (default 5 minutes), so that an idle
+    /// worker keeps only its LISTEN connection. `None` keeps them. Sends no statement.
+    pub idle_connection_timeout: Option<Duration>,
+    /// Vacuum the jobs table when its dead row versions pass this many (default 1,000),
+    /// checked every 5 s while there is work, one process at a time; `None` leaves them to
+    /// autovacuum alone. Needs the right to VACUUM the table (its owner, or MAINTAIN on
+    /// PostgreSQL 17 and later): without it, one warning and autovacuum alone.
+    pub vacuum_threshold: Option<u64>,
+}
+
+impl WorkerConfig {
+    /// The default lease.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+    /// The default heartbeat interval.
+    pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(20);
+    /// The default fallback poll interval.
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+    /// The default reaper interval.
+    pub const DEFAULT_REAP_INTERVAL: Duration = ReaperConfig::DEFAULT_INTERVAL;
+    /// The default shutdown timeout.
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The default prune interval.
+    pub const DEFAULT_PRUNE_INTERVAL: Duration = PrunerConfig::DEFAULT_INTERVAL;
+    /// The default idle connection timeout.
+    pub const DEFAULT_IDLE_CONNECTION_TIMEOUT: Duration = IdleConfig::DEFAULT_TIMEOUT;
+    /// The default vacuum threshold.
+    pub const DEFAULT_VACUUM_THRESHOLD: u64 = VacuumConfig::DEFAULT_THRESHOLD;
+    /// The most claims in flight per queue that the automatic setting picks.
+    pub const AUTO_CLAIMS_IN_FLIGHT_MAX: usize = 4;
+
+    /// The claims in flight a queue of `concurrency` gets: the setting, or automatically
+    /// one per `max_claim_batch` of concurrency, at least 2 (so that a notification never
+    /// waits for a claim in flight) and at most [`Self::AUTO_CLAIMS_IN_FLIGHT_MAX`]; never
+    /// more than the concurrency.
+    pub fn claims_in_flight_for(&self, concurrency: usize) -> usize {
+        let n = self.claims_in_flight.unwrap_or_else(|| {
+            let batch = usize::try_from(self.max_claim_batch)
+                .unwrap_or(usize::MAX)
+                .max(1);
+            concurrency
+                .div_ceil(batch)
+                .clamp(2, Self::AUTO_CLAIMS_IN_FLIGHT_MAX)
+        });
+        n.clamp(1, concurrency.max(1))
+    }
+
+    /// Checks the settings; returns the lease in microseconds.
+    pub(crate) fn check(&self) -> Result<i64> {
+        let lease_us = input::lease_micros(self.lease)?;
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease {
+            return Err(Error::invalid(
+                "heartbeat interval",
+                format!(
+                    "{:?} must be above zero and shorter than the lease ({:?})",
+                    self.heartbeat_interval, self.lease
+                ),
+            ));
+        }
+        if self.vacuum_threshold == Some(0) {
+            return Err(Error::invalid(
+                "vacuum threshold",
+                "it must be at least 1 dead tuple (use None to leave the table to autovacuum)",
+            ));
+        }
+        if self.poll_interval == Some(Duration::ZERO)
+            || self.reap_interval.is_zero()
+            || self.prune_interval.is_zero()
+            || self.idle_connection_timeout == Some(Duration::ZERO)
+        {
+            return Err(Error::invalid(
+                "worker",
+                "intervals and timeouts must be above zero (use None to turn one off)",
+            ));
+        }
+        if self.max_claim_batch == 0 || self.max_finish_batch == 0 {
+            return Err(Error::invalid("worker", "batch sizes must be at least 1"));
+        }
+        if self.claims_in_flight == Some(0) {
+            return Err(Error::invalid(
+                "claims in flight",
+                "it must be at least 1 (or None: automatic)",
+            ));
+        }
+        Ok(lease_us)
+    }
+
+    /// The reaper's settings.
+    pub(crate) fn reaper(&self) -> ReaperConfig {
+        ReaperConfig {
+            interval: self.reap_interval,
+        }
+    }
+
+    /// The pruner's settings, if it runs.
+    pub(crate) fn pruner(&self) -> Option<PrunerConfig> {
+        self.prune.map(|options| PrunerConfig {
+            options,
+            interval: self.prune_interval,
+        })
+    }
+
+    /// The idle-connection closer's settings, if it runs.
+    pub(crate) fn idle(&self) -> Option<IdleConfig> {
+        self.idle_connection_timeout
+            .map(|timeout| IdleConfig { timeout })
+    }
+
+    /// The vacuum service's settings, if it runs.
+    pub(crate) fn vacuum(&self) -> Option<VacuumConfig> {
+        self.vacuum_threshold.map(VacuumConfig::with_threshold)
+    }
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            lease: Self::DEFAULT_LEASE,
+            heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
+            poll_interval: Some(Self::DEFAULT_POLL_INTERVAL),
+            reap_interval: Self::DEFAULT_REAP_INTERVAL,
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            max_claim_batch: 100,
+            max_finish_batch: 1_000,
+            claims_in_flight: None,
+            listen: true,
+            prune: Some(PruneOptions::default()),
+            prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
+            idle_connection_timeout: Some(Self::DEFAULT_IDLE_CONNECTION_TIMEOUT),
+            vacuum_threshold: Some(Self::DEFAULT_VACUUM_THRESHOLD),
+        }
+    }
+}
+
+/// Builds a [`Worker`](crate::Worker).
+#[must_use]
+pub struct WorkerBuilder {
+    pub(super) client: Client,
+    pub(super) registry: Registry,
+    pub(super) queues: Vec<(String, usize)>,
+    pub(super) cfg: WorkerConfig,
+    pub(super) listen_url: Option<String>,
+}
+
+impl WorkerBuilder {
+    /// Serve `queue` with at most `concurrency` jobs running at once. Call once per queue.
+    pub fn queue(mut self, queue: impl Into<String>, concurrency: usize) -> Self {
+        self.queues.push((queue.into(), concurrency));
+        self
+    }
+
+    /// Replaces all settings at once.
+    pub fn config(mut self, cfg: WorkerConfig) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// See [`WorkerConfig::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.cfg.lease = lease;
+        self
+    }
+
+    /// See [`WorkerConfig::heartbeat_interval`].
+    pub fn heartbeat_interval(mut self, every: Duration) -> Self {
+        self.cfg.heartbeat_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::poll_interval`]; `None` turns the fallback poll off.
+    pub fn poll_interval(mut self, every: Option<Duration>) -> Self {
+        self.cfg.poll_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::reap_interval`].
+    pub fn reap_interval(mut self, every: Duration) -> Self {
+        self.cfg.reap_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::shutdown_timeout`].
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.cfg.shutdown_timeout = timeout;
+        self
+    }
+
+    /// See [`WorkerConfig::prune`]; `None` turns the worker's pruning off.
+    pub fn prune(mut self, prune: Option<PruneOptions>) -> Self {
+        self.cfg.prune = prune;
+        self
+    }
+
+    /// See [`WorkerConfig::prune_interval`].
+    pub fn prune_interval(mut self, every: Duration) -> Self {
+        self.cfg.prune_interval = every;
+        self
+    }
+
+    /// See [`WorkerConfig::idle_connection_timeout`]; `None` keeps idle connections open.
+    pub fn idle_connection_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.cfg.idle_connection_timeout = timeout;
+        self
+    }
+
+    /// See [`WorkerConfig::vacuum_threshold`]; `None` leaves the table to autovacuum.
+    pub fn vacuum_threshold(mut self, dead_tuples: Option<u64>) -> Self {
+        self.cfg.vacuum_threshold = dead_tuples;
+        self
+    }
+
+    /// See [`WorkerConfig::claims_in_flight`] (default: picked from each queue's
+    /// concurrency).
+    pub fn claims_in_flight(mut self, n: usize) -> Self {
+        self.cfg.claims_in_flight = Some(n);
+        self
+    }
+
+    /// See [`WorkerConfig::listen`].
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.cfg.listen = listen;
+        self
+    }
+
+    /// The URL of the LISTEN connection, when it differs from the pool's (for example when
+    /// the pool goes through PgBouncer in transaction mode, which cannot LISTEN). Required
+    /// when the client was built from a pool.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+}

@@ -1,0 +1,99 @@
+//! The worker's events, for tests and tools that wait for something to happen instead of
+//! polling the database: claims, finished attempts, heartbeat rounds, reaper passes and the
+//! LISTEN connection coming up. Subscribe with [`Worker::events`](crate::Worker::events) or
+//! [`StatsHandle::events`](crate::StatsHandle::events).
+//!
+//! Cheap when nobody listens: the channel is made on the first subscription, and no event
+//! is built while it has no receiver.
+
+use std::sync::OnceLock;
+
+use tokio::sync::broadcast;
+
+use crate::job::JobId;
+
+/// Something a worker did. Not part of the stable API: variants and fields may change.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEvent {
+    /// A claim took `n` jobs (at least one) from `queue`.
+    Claimed {
+        /// The queue.
+        queue: String,
+        /// How many jobs.
+        n: usize,
+    },
+    /// An attempt ended: its outcome was written, or its result dropped because the job was
+    /// no longer this worker's.
+    Finished {
+        /// The job.
+        id: JobId,
+        /// The attempt.
+        attempt: i32,
+        /// How it ended.
+        end: JobEnd,
+    },
+    /// A heartbeat round renewed the leases it could (a round runs only while this worker
+    /// holds jobs).
+    Heartbeat {
+        /// Leases renewed.
+        renewed: usize,
+        /// Renewals refused: those jobs are no longer this worker's.
+        lost: usize,
+    },
+    /// One of this worker's reaper passes ran (expired leases, from any worker).
+    Reaped {
+        /// Jobs put back in the queue.
+        requeued: u64,
+        /// Jobs moved to `failed` (no attempt left).
+        failed: u64,
+        /// Another process held the reaper's lock, so the pass stopped early.
+        skipped: bool,
+    },
+    /// The LISTEN connection is listening (after every connect and reconnect).
+    Listening,
+}
+
+/// How an attempt ended, as counted in [`RunStats`](crate::RunStats). Not part of the stable
+/// API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEnd {
+    /// Marked done.
+    Done,
+    /// Failed, to be retried.
+    Retried,
+    /// Marked failed (permanent error, or out of attempts).
+    Failed,
+    /// Back in the queue without spending an attempt (snoozed, or handed back).
+    Requeued,
+    /// The job was no longer this worker's: its result was dropped.
+    Lost,
+}
+
+/// The sending side of a worker's events.
+#[derive(Default)]
+pub(crate) struct Events(OnceLock<broadcast::Sender<WorkerEvent>>);
+
+impl Events {
+    /// Events a slow receiver may fall behind by before it misses some (and is told so).
+    const CAPACITY: usize = 8192;
+
+    /// A new receiver of the events from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.0
+            .get_or_init(|| broadcast::channel(Self::CAPACITY).0)
+            .subscribe()
+    }
+
+    /// Sends the event that `event` builds, if anybody listens.
+    pub(crate) fn emit(&self, event: impl FnOnce() -> WorkerEvent) {
+        if let Some(tx) = self.0.get() {
+            if tx.receiver_count() > 0 {
+                let _ = tx.send(event());
+            }
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The worker's shared runtime state: its counts and their live view ([`StatsHandle`]),
+//! the queues it serves with their slots and wake-ups, the attempts it runs, and the
+//! [`Shared`] state every task of the worker holds.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, Notify, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::config::WorkerConfig;
+use super::events::{Events, JobEnd, WorkerEvent};
+use super::outbox::Outbox;
+use crate::client::Client;
+use crate::error::Result;
+use crate::handler::Registry;
+use crate::job::JobId;
+use crate::maintenance::reaper::ReapReport;
+
+/// Counts of what a worker did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunStats {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Jobs marked done.
+    pub done: u64,
+    /// Attempts that failed and will be retried.
+    pub retried: u64,
+    /// Jobs marked failed (permanent error, or out of attempts).
+    pub failed: u64,
+    /// Jobs put back in the queue without spending an attempt (snoozed, or handed back at
+    /// shutdown).
+    pub requeued: u64,
+    /// Results dropped because the job was no longer this worker's (lease lost).
+    pub lost: u64,
+    /// Jobs the reaper moved (expired leases, from any worker).
+    pub reaped: u64,
+}
+
+/// A live view of a worker's counts (see [`Worker::stats_handle`](crate::Worker::stats_handle)).
+#[derive(Clone)]
+pub struct StatsHandle(pub(super) Arc<Counters>);
+
+impl StatsHandle {
+    /// The counts so far.
+    pub fn snapshot(&self) -> RunStats {
+        self.0.snapshot()
+    }
+
+    /// Whether the worker currently polls because its LISTEN connection cannot be relied on:
+    /// it is down, or its self-test found that notifications do not come back (LISTEN through
+    /// a transaction-pooling proxy hears nothing). Such a worker polls at the configured
+    /// interval, or at [`WorkerConfig::DEFAULT_POLL_INTERVAL`] if the poll was off.
+    pub fn polling_fallback(&self) -> bool {
+        self.0.listen_deaf.load(Ordering::Relaxed)
+    }
+
+    /// The worker's events from now on (see [`WorkerEvent`]), for tests that wait for
+    /// something to happen. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.0.events.subscribe()
+    }
+}
+
+impl std::fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
+/// The worker's counts and events, shared with its [`StatsHandle`]s.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub claimed: AtomicU64,
+    pub done: AtomicU64,
+    pub retried: AtomicU64,
+    pub failed: AtomicU64,
+    pub requeued: AtomicU64,
+    pub lost: AtomicU64,
+    pub reaped: AtomicU64,
+    /// The LISTEN connection is down or hears nothing: poll instead.
+    pub listen_deaf: AtomicBool,
+    pub events: Events,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> RunStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RunStats {
+            claimed: l(&self.claimed),
+            done: l(&self.done),
+            retried: l(&self.retried),
+            failed: l(&self.failed),
+            requeued: l(&self.requeued),
+            lost: l(&self.lost),
+            reaped: l(&self.reaped),
+        }
+    }
+
+    pub(crate) fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts how an attempt ended, and tells the event subscribers.
+    pub(crate) fn ended(&self, id: JobId, attempt: i32, end: JobEnd) {
+        let counter = match end {
+            JobEnd::Done => &self.done,
+            JobEnd::Retried => &self.retried,
+            JobEnd::Failed => &self.failed,
+            JobEnd::Requeued => &self.requeued,
+            JobEnd::Lost => &self.lost,
+        };
+        Self::add(counter, 1);
+        self.events
+            .emit(|| WorkerEvent::Finished { id, attempt, end });
+    }
+}
+
+/// One queue this worker serves.
+pub(crate) struct QueueSlot {
+    pub name: String,
+    pub concurrency: usize,
+    pub slots: Arc<Semaphore>,
+    /// Woken by notifications and reconnects.
+    pub wake: Notify,
+    /// The earliest time a job of this queue is known to become ready (a retry or snooze
+    /// this worker wrote), for the producer to wake at; see [`Shared::wake_queue_at`].
+    pub wake_at: Mutex<Option<Instant>>,
+    /// Tells the producer that `wake_at` or the poll interval in force moved.
+    pub reschedule: Notify,
+}
+
+impl QueueSlot {
+    pub(super) fn new(name: String, concurrency: usize) -> Self {
+        QueueSlot {
+            name,
+            concurrency,
+            slots: Arc::new(Semaphore::new(concurrency)),
+            wake: Notify::new(),
+            wake_at: Mutex::new(None),
+            reschedule: Notify::new(),
+        }
+    }
+
+    /// Takes the due time handed over by [`Shared::wake_queue_at`], if any.
+    pub(crate) fn take_wake_at(&self) -> Option<Instant> {
+        self.wake_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// Running attempts are keyed by job and attempt: after a lost lease the same worker may
+/// claim the job again while the stale attempt still runs, and each must keep its own entry.
+pub(crate) type AttemptKey = (JobId, i32);
+
+/// A job this worker is running.
+pub(crate) struct RunningJob {
+    pub cancel: CancellationToken,
+    pub heartbeat: bool,
+    pub lost: bool,
+}
+
+/// State shared by the worker's tasks.
+pub(crate) struct Shared {
+    /// The runtime's client: claims, heartbeats, outcome writes and maintenance. On a pool of
+    /// its own when the application's client knows its settings, so that handlers holding
+    /// the application's connections cannot starve the leases.
+    pub client: Client,
+    /// The application's client, handed to handlers in their [`JobContext`](crate::JobContext).
+    pub app_client: Client,
+    pub registry: Registry,
+    pub cfg: WorkerConfig,
+    /// The LISTEN connection's settings and the connector that opens it (its own TLS
+    /// settings when it has its own URL).
+    pub listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
+    pub queues: HashMap<String, Arc<QueueSlot>>,
+    pub running: Mutex<HashMap<AttemptKey, RunningJob>>,
+    /// Outcomes for the completer, and the jobs whose outcome is not written yet.
+    pub finish_tx: Outbox,
+    /// Stop claiming (shutdown has begun).
+    pub stop_claiming: CancellationToken,
+    /// The shutdown deadline passed: cancel running jobs and hand them back.
+    pub hard_stop: CancellationToken,
+    /// Stop the background services (after the completer has flushed).
+    pub stop_services: CancellationToken,
+    /// Counts claims, notifications and heartbeats; with polling off, the maintenance
+    /// services run only when it moved since their last round.
+    pub activity: AtomicU64,
+    pub counters: Arc<Counters>,
+    pub lease_us: i64,
+}
+
+impl Shared {
+    pub(crate) fn note_activity(&self) {
+        self.activity.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn activity(&self) -> u64 {
+        self.activity.load(Ordering::Relaxed)
+    }
+
+    /// For a maintenance service: whether to run this round. Always with the poll on; with it
+    /// off, only if there was real work since `seen` (which it updates) or a job is running.
+    pub(crate) fn worked_since(&self, seen: &mut u64) -> bool {
+        let now = self.activity();
+        let worked = now != *seen || !self.running().is_empty();
+        *seen = now;
+        self.poll_interval().is_some() || worked
+    }
+
+    /// The fallback poll in force: the configured one, or the default one while the LISTEN
+    /// connection is down or hears nothing and the poll was off.
+    pub(crate) fn poll_interval(&self) -> Option<Duration> {
+        self.cfg.poll_interval.or_else(|| {
+            (self.listen_config.is_some() && self.counters.listen_deaf.load(Ordering::Relaxed))
+                .then_some(WorkerConfig::DEFAULT_POLL_INTERVAL)
+        })
+    }
+
+    /// Records whether the LISTEN connection can be relied on; when that changes, every
+    /// producer picks up the poll interval now in force (without claiming at once: the
+    /// listener wakes them when it connects).
+    pub(crate) fn set_listen_deaf(&self, deaf: bool) {
+        if self.counters.listen_deaf.swap(deaf, Ordering::Relaxed) != deaf {
+            for q in self.queues.values() {
+                q.reschedule.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every queue's producer to claim at once.
+    pub(crate) fn wake_all(&self) {
+        for q in self.queues.values() {
+            q.wake.notify_one();
+        }
+    }
+
+    /// Makes `queue`'s producer claim at `at` at the latest (a retry or snooze this worker
+    /// wrote becomes ready then), even with the poll off. Unknown queues are ignored.
+    pub(crate) fn wake_queue_at(&self, queue: &str, at: Instant) {
+        let Some(q) = self.queues.get(queue) else {
+            return;
+        };
+        {
+            let mut w = q.wake_at.lock().unwrap_or_else(|p| p.into_inner());
+            *w = Some(w.map_or(at, |w| w.min(at)));
+        }
+        q.reschedule.notify_one();
+    }
+
+    /// Takes in what a reaper pass of this worker did: counts the jobs it moved and, since
+    /// they are ready now, wakes every producer (also after a failed pass, some of whose
+    /// rounds may have committed), even with the poll off.
+    pub(crate) fn reaped(&self, pass: &Result<ReapReport>) {
+        let Ok(report) = pass else {
+            self.wake_all();
+            return;
+        };
+        self.counters.events.emit(|| WorkerEvent::Reaped {
+            requeued: report.requeued(),
+            failed: report.failed(),
+            skipped: report.skipped,
+        });
+        let total = report.jobs.len() as u64;
+        if total > 0 {
+            Counters::add(&self.counters.reaped, total);
+            tracing::info!(
+                reaped = total,
+                "returned jobs with expired leases to the queue"
+            );
+            self.wake_all();
+        }
+    }
+
+    /// The attempts whose leases the heartbeat renews.
+    pub(crate) fn held_leases(&self) -> Vec<AttemptKey> {
+        self.running()
+            .iter()
+            .filter(|(_, r)| r.heartbeat && !r.lost)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Marks one attempt as no longer this worker's: its handler is told to stop and its
+    /// result will be dropped. Returns whether it was running and not already lost.
+    pub(crate) fn mark_lost(&self, id: JobId, attempt: i32) -> bool {
+        match self.running().get_mut(&(id, attempt)) {
+            Some(r) if !r.lost => {
+                r.lost = true;
+                r.cancel.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks every attempt of job `id` this worker runs as lost (the job was cancelled).
+    /// Returns how many there were.
+    pub(crate) fn cancel_job(&self, id: JobId) -> usize {
+        let mut n = 0;
+        for (_, r) in self.running().iter_mut().filter(|(k, _)| k.0 == id) {
+            if !r.lost {
+                r.lost = true;
+                r.cancel.cancel();
+                n += 1;
+            }
+        }
+        n
+    }
+
+    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<AttemptKey, RunningJob>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts
+        // and removes), so a poisoned lock is still usable.
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
