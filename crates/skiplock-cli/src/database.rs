@@ -5,7 +5,7 @@ use crate::util::errln;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use skiplock_testdb::{LocalCluster, StartOptions};
+use skiplock_embedded::{LocalCluster, StartOptions};
 
 /// Where the embedded default database lives, unless `SKIPLOCK_HOME` says otherwise.
 pub const DEFAULT_HOME: &str = ".skiplock";

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use skiplock::{Client, NewJob};
-use skiplock_testdb::{LocalCluster, StartOptions};
+use skiplock_embedded::{LocalCluster, StartOptions};
 
 use crate::check::{self, Expected};
 use crate::faults::{Fault, Rng, Tally};
