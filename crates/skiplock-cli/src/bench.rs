@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use skiplock::bench;
+use skiplock_bench::bench;
 
 use crate::util::{errln, out, outln, parse_duration, print_json, usage, Target};
 

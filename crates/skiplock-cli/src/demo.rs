@@ -64,7 +64,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             ))
         })?;
     admin.migrate().await?;
-    skiplock::lab::install_completion_audit(&admin).await?;
+    skiplock_bench::lab::install_completion_audit(&admin).await?;
     let result = demo(&url, &schema, &admin, &args).await;
     if args.keep {
         if !args.json {
@@ -188,7 +188,7 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
     let done: i64 = h.queues.iter().map(|q| q.done).sum();
     let failed: i64 = h.queues.iter().map(|q| q.failed).sum();
     // Counted by a trigger on the table, not by the workers (whose counts die with a crash).
-    let (completions, completed_jobs) = skiplock::lab::completion_audit(admin).await?;
+    let (completions, completed_jobs) = skiplock_bench::lab::completion_audit(admin).await?;
     let duplicate_completions = completions - completed_jobs;
     let (p50, p99, reran) = {
         let r = record.lock().unwrap_or_else(|p| p.into_inner());

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use skiplock::lab::{self, ClaimMethod, RaceOptions, Stop};
 use skiplock::{Client, Schema};
+use skiplock_bench::lab::{self, ClaimMethod, RaceOptions, Stop};
 
 use crate::util::{outln, print_json, usage, Target};
 

@@ -137,10 +137,17 @@ fn main() -> ExitCode {
                 c.downcast_ref::<UsageError>().is_some()
                     || c.downcast_ref::<skiplock::Error>()
                         .is_some_and(skiplock::Error::is_invalid_input)
+                    || c.downcast_ref::<skiplock_bench::Error>()
+                        .is_some_and(skiplock_bench::Error::is_invalid_input)
             });
             let reaching_db = e.chain().any(|c| {
                 matches!(
-                    c.downcast_ref::<skiplock::Error>(),
+                    c.downcast_ref::<skiplock::Error>().or_else(|| {
+                        match c.downcast_ref::<skiplock_bench::Error>() {
+                            Some(skiplock_bench::Error::Skiplock(e)) => Some(e),
+                            _ => None,
+                        }
+                    }),
                     Some(skiplock::Error::Pool { .. })
                 )
             });

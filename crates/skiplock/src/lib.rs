@@ -42,7 +42,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod admin;
-pub mod bench;
 mod client;
 mod db;
 mod error;
@@ -51,9 +50,9 @@ mod handler;
 pub mod health;
 pub mod input;
 mod job;
-pub mod lab;
 mod maintenance;
 mod migrate;
+mod notices;
 mod outcome;
 mod schema;
 mod tls;

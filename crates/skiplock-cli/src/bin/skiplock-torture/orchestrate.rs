@@ -167,7 +167,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .application_name("torture-orchestrator")
         .build()?;
     admin.migrate().await?;
-    skiplock::lab::install_completion_audit(&admin).await?;
+    skiplock_bench::lab::install_completion_audit(&admin).await?;
     admin
         .pool()
         .get()
