@@ -1,4 +1,4 @@
-//! `skiplock bench`: the benchmark scenarios of `skiplock::bench`, printed as tables, JSON
+//! `skiplock bench`: the benchmark scenarios of `skiplock_bench::bench`, printed as tables, JSON
 //! lines, or the Markdown of docs/BENCHMARKS.md.
 
 use std::fmt::Write as _;
