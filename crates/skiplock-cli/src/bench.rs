@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use skiplock_bench::bench;
 
-use crate::util::{errln, out, outln, parse_duration, print_json, usage, Target};
+use crate::connect::Target;
+use crate::errors::usage;
+use crate::output::{errln, out, outln, print_json};
+use crate::parse::parse_duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {

@@ -1,7 +1,7 @@
 //! Which database a command talks to: `--database-url`, else `DATABASE_URL`, else the
 //! embedded default, a private cluster kept in `./.skiplock` (or `$SKIPLOCK_HOME`).
 
-use crate::util::errln;
+use crate::output::errln;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};

@@ -13,7 +13,9 @@ use skiplock::{
     Backoff, Client, JobContext, JobError, JobOptions, NewJob, Registry, StatsHandle, Worker,
 };
 
-use crate::util::{outln, print_json, usage, Target};
+use crate::connect::Target;
+use crate::errors::usage;
+use crate::output::{outln, print_json};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
