@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use skiplock::{JobId, JobState, PruneOptions};
 
-use crate::util::{outln, parse_duration, print_json, schema_hint, time, usage, Target};
+use crate::connect::Target;
+use crate::errors::{schema_hint, usage};
+use crate::output::{outln, print_json, time};
+use crate::parse::parse_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct JsonArgs {

@@ -1,13 +1,16 @@
-//! `skiplock bench`: the benchmark scenarios of `skiplock::bench`, printed as tables, JSON
+//! `skiplock bench`: the benchmark scenarios of `skiplock_bench::bench`, printed as tables, JSON
 //! lines, or the Markdown of docs/BENCHMARKS.md.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use skiplock::bench;
+use skiplock_bench::bench;
 
-use crate::util::{errln, out, outln, parse_duration, print_json, usage, Target};
+use crate::connect::Target;
+use crate::errors::usage;
+use crate::output::{errln, out, outln, print_json};
+use crate::parse::parse_duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
@@ -70,6 +73,10 @@ pub struct Args {
     markdown: bool,
 }
 
+/// The targets of the report: what, the figure measured, and whether it was met (`None`: see
+/// the table).
+type Targets = Vec<(String, String, Option<bool>)>;
+
 pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let url = target.url().await?;
     let base = &target.schema;
@@ -95,7 +102,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     if args.markdown {
         md.push_str(&header(&url, &args).await);
     }
-    let mut targets: Vec<(String, String, Option<bool>)> = Vec::new();
+    let mut targets: Targets = Vec::new();
 
     if want(Scenario::Throughput) {
         let jobs = args.jobs.unwrap_or(if q { 2_000 } else { 50_000 });
@@ -103,276 +110,23 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
 
     if want(Scenario::Latency) {
-        let rates = match args.rate {
-            Some(r) => vec![r],
-            None if q => vec![50.0],
-            None => vec![50.0, 500.0, 5_000.0],
-        };
-        let dur = args.duration.unwrap_or(if q {
-            Duration::from_secs(2)
-        } else {
-            Duration::from_secs(10)
-        });
-        let mut t = String::from(
-            "| offered jobs/s | wake-up | jobs | p50 ms | p95 ms | p99 ms |\n|---:|---|---:|---:|---:|---:|\n",
-        );
-        for r in rates {
-            if r <= 0.0 {
-                return Err(usage("--rate must be above 0"));
-            }
-            for listen in [true, false] {
-                let p = bench::latency(&url, base, r, dur, listen).await?;
-                if listen && (r - 500.0).abs() < f64::EPSILON {
-                    targets.push((
-                        "pickup p50 <= 2 ms and p99 <= 10 ms at 500 jobs/s with LISTEN".into(),
-                        format!("p50 {:.2} ms, p99 {:.2} ms", p.p50_ms, p.p99_ms),
-                        Some(p.p50_ms <= 2.0 && p.p99_ms <= 10.0),
-                    ));
-                }
-                if args.json {
-                    print_json(&serde_json::json!({
-                        "scenario": "latency", "offered_per_s": p.offered_per_s,
-                        "listen": p.listen, "jobs": p.jobs,
-                        "p50_ms": p.p50_ms, "p95_ms": p.p95_ms, "p99_ms": p.p99_ms,
-                    }));
-                }
-                let _ = writeln!(
-                    t,
-                    "| {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
-                    p.offered_per_s,
-                    if p.listen { "LISTEN" } else { "poll 1 s" },
-                    p.jobs,
-                    p.p50_ms,
-                    p.p95_ms,
-                    p.p99_ms
-                );
-            }
-        }
-        section(
-            &args,
-            &mut md,
-            &format!(
-                "Enqueue-to-start latency ({} s per point, database clock)",
-                dur.as_secs_f64()
-            ),
-            &t,
-        );
+        latency(&url, base, &args, &mut md, &mut targets).await?;
     }
 
     if want(Scenario::Enqueue) {
-        let points = bench::enqueue(&url, base, if q { 2_000 } else { jobs.max(20_000) }).await?;
-        let best_batch = points
-            .iter()
-            .filter(|p| p.mode.starts_with("batch"))
-            .map(|p| p.jobs_per_s)
-            .fold(0.0, f64::max);
-        targets.push((
-            "batched enqueue >= 100,000 jobs/s".into(),
-            format!("{best_batch:.0} jobs/s"),
-            Some(best_batch >= 100_000.0),
-        ));
-        let mut t = String::from("| mode | jobs | jobs/s |\n|---|---:|---:|\n");
-        for p in &points {
-            if args.json {
-                print_json(&serde_json::json!({
-                    "scenario": "enqueue", "mode": p.mode, "jobs": p.jobs, "jobs_per_s": p.jobs_per_s,
-                }));
-            }
-            let _ = writeln!(t, "| {} | {} | {:.0} |", p.mode, p.jobs, p.jobs_per_s);
-        }
-        section(&args, &mut md, "Enqueue", &t);
+        enqueue(&url, base, &args, jobs, &mut md, &mut targets).await?;
     }
 
     if want(Scenario::History) {
-        let sizes = if !args.sizes.is_empty() {
-            args.sizes.clone()
-        } else if q {
-            vec![0, 10_000]
-        } else {
-            vec![0, 1_000_000, 10_000_000]
-        };
-        if sizes.iter().any(|s| *s < 0) {
-            return Err(usage("--sizes must not be negative"));
-        }
-        let points = bench::history(&url, base, &sizes, if q { 200 } else { 2_000 }).await?;
-        let base_p50 = points.first().map_or(0.0, |p| p.claim_p50_ms);
-        if let Some(last) = points.last().filter(|p| p.finished_rows >= 10_000_000) {
-            let r = last.claim_p50_ms / base_p50.max(1e-9);
-            targets.push((
-                "claim latency with 10 million finished rows within 1.5x of the empty table".into(),
-                format!("{r:.2}x"),
-                Some(r <= 1.5),
-            ));
-        }
-        let mut t = String::from(
-            "| finished rows kept | claims | claim p50 ms | claim p99 ms | p50 vs empty |\n|---:|---:|---:|---:|---:|\n",
-        );
-        for p in &points {
-            if args.json {
-                print_json(&serde_json::json!({
-                    "scenario": "history", "finished_rows": p.finished_rows, "claims": p.claims,
-                    "claim_p50_ms": p.claim_p50_ms, "claim_p99_ms": p.claim_p99_ms,
-                }));
-            }
-            let _ = writeln!(
-                t,
-                "| {} | {} | {:.3} | {:.3} | {:.2}x |",
-                p.finished_rows,
-                p.claims,
-                p.claim_p50_ms,
-                p.claim_p99_ms,
-                p.claim_p50_ms / base_p50.max(1e-9)
-            );
-        }
-        section(&args, &mut md, "Claim cost with finished rows kept", &t);
+        history(&url, base, &args, &mut md, &mut targets).await?;
     }
 
     if want(Scenario::Footprint) {
-        let rate = args
-            .rate
-            .filter(|_| args.scenario == Scenario::Footprint)
-            .unwrap_or(200.0);
-        let steady = args
-            .duration
-            .filter(|_| args.scenario == Scenario::Footprint)
-            .unwrap_or(if q {
-                Duration::from_secs(3)
-            } else {
-                Duration::from_secs(120)
-            });
-        let s = |secs: u64| Duration::from_secs(if q { 2 } else { secs });
-        let held = [("before", s(30)), ("during", s(60)), ("after", s(90))];
-        let mut t = String::from(
-            "| run | phase | s | jobs/s | dead tuples median | dead tuples max | under 6,000 after | under 2,000 after | table+indexes | WAL bytes/job | transactions/job | p50 ms | p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for bystander in [false, true] {
-            let points = if bystander {
-                bench::footprint(&url, base, rate, &held).await?
-            } else {
-                bench::footprint(&url, base, rate, &[("steady", steady)]).await?
-            };
-            if !bystander {
-                if let Some(p) = points.first() {
-                    targets.push((
-                        format!(
-                            "footprint at {rate:.0} jobs/s: dead tuples median <= 2,000, max <= 6,000"
-                        ),
-                        format!("median {}, max {}", p.dead_median, p.dead_max),
-                        Some(
-                            p.dead_median <= bench::FOOTPRINT_MEDIAN_BOUND
-                                && p.dead_max <= bench::FOOTPRINT_MAX_BOUND,
-                        ),
-                    ));
-                }
-            } else if let (Some(d), Some(a)) = (
-                points.iter().find(|p| p.phase == "during"),
-                points.iter().find(|p| p.phase == "after"),
-            ) {
-                targets.push((
-                    "dead tuples under 6,000 within 60 s after a held snapshot ends".into(),
-                    format!(
-                        "max {} while held; under 6,000 {} and under 2,000 {} after it ended",
-                        d.dead_max,
-                        secs(a.under_max_bound_s),
-                        secs(a.under_median_bound_s)
-                    ),
-                    Some(a.under_max_bound_s.is_some_and(|s| s <= 60.0)),
-                ));
-            }
-            for p in &points {
-                if args.json {
-                    print_json(&serde_json::json!({
-                        "scenario": "footprint", "bystander": bystander, "phase": p.phase,
-                        "rate": p.rate, "seconds": p.seconds, "jobs": p.jobs,
-                        "jobs_per_s": p.jobs_per_s,
-                        "dead_median": p.dead_median, "dead_max": p.dead_max,
-                        "under_max_bound_s": p.under_max_bound_s,
-                        "under_median_bound_s": p.under_median_bound_s,
-                        "table_bytes": p.table_bytes, "wal_bytes_per_job": p.wal_bytes_per_job,
-                        "transactions_per_job": p.transactions_per_job,
-                        "p50_ms": p.p50_ms, "p99_ms": p.p99_ms,
-                    }));
-                }
-                let _ = writeln!(
-                    t,
-                    "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {:.1} MiB | {:.0} | {:.2} | {:.2} | {:.2} |",
-                    if bystander {
-                        "REPEATABLE READ held through `during`"
-                    } else {
-                        "steady"
-                    },
-                    p.phase,
-                    p.seconds,
-                    p.jobs_per_s,
-                    p.dead_median,
-                    p.dead_max,
-                    after(p, p.under_max_bound_s),
-                    after(p, p.under_median_bound_s),
-                    p.table_bytes as f64 / (1024.0 * 1024.0),
-                    p.wal_bytes_per_job,
-                    p.transactions_per_job,
-                    p.p50_ms,
-                    p.p99_ms
-                );
-            }
-        }
-        let _ = writeln!(
-            t,
-            "\nDead tuples of the jobs table are sampled each second from the statistics system. A worker with default settings vacuums the table itself past 1,000 dead tuples (`WorkerConfig::vacuum_threshold`), checked every 5 s. \"Under … after\" is the time from the held transaction's end to the first sample at or under that bound."
-        );
-        section(
-            &args,
-            &mut md,
-            &format!("Footprint at {rate:.0} jobs/s"),
-            &t,
-        );
+        footprint(&url, base, &args, &mut md, &mut targets).await?;
     }
 
     if want(Scenario::Processes) {
-        let exe = std::env::current_exe()?;
-        let counts: Vec<usize> = if q { vec![1, 2] } else { vec![1, 2, 4, 8] };
-        let pjobs = if q {
-            2_000
-        } else {
-            args.jobs.unwrap_or(100_000)
-        };
-        let concurrency = 50;
-        let points = bench::processes(&url, base, &exe, &counts, pjobs, concurrency).await?;
-        let mut t = String::from(
-            "| processes | jobs | jobs/s | vs 1 process | claims timed | claim p50 ms | claim p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|\n",
-        );
-        let one = points.first().map_or(0.0, |p| p.jobs_per_s);
-        for p in &points {
-            if args.json {
-                print_json(&serde_json::json!({
-                    "scenario": "processes", "processes": p.processes,
-                    "concurrency": p.concurrency, "jobs": p.jobs, "done": p.done,
-                    "jobs_per_s": p.jobs_per_s, "claims": p.claims,
-                    "claim_p50_ms": p.claim_p50_ms, "claim_p99_ms": p.claim_p99_ms,
-                }));
-            }
-            let _ = writeln!(
-                t,
-                "| {} | {} | {:.0} | {:.2}x | {} | {:.3} | {:.3} |",
-                p.processes,
-                p.jobs,
-                p.jobs_per_s,
-                p.jobs_per_s / one.max(1e-9),
-                p.claims,
-                p.claim_p50_ms,
-                p.claim_p99_ms
-            );
-        }
-        let _ = writeln!(
-            t,
-            "\nEach process is `skiplock work --queue bench={concurrency} --drain` with default settings (claims of up to 100), all on one pre-filled queue; jobs/s counts from spawning them to the last one's exit (process start included). The claim latency is a probe beside them on its own connection, claiming one job every 10 ms and completing it."
-        );
-        section(
-            &args,
-            &mut md,
-            &format!("Worker processes on one queue ({pjobs} no-op jobs)"),
-            &t,
-        );
+        processes(&url, base, &args, &mut md).await?;
     }
 
     if args.markdown {
@@ -388,6 +142,316 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         let _ = write!(md, "\n## Targets\n\n{t}");
         out!("{md}");
     }
+    Ok(())
+}
+
+/// Enqueue-to-start latency at each offered load, LISTEN on and off.
+async fn latency(
+    url: &str,
+    base: &str,
+    args: &Args,
+    md: &mut String,
+    targets: &mut Targets,
+) -> anyhow::Result<()> {
+    let q = args.quick;
+    let rates = match args.rate {
+        Some(r) => vec![r],
+        None if q => vec![50.0],
+        None => vec![50.0, 500.0, 5_000.0],
+    };
+    let dur = args.duration.unwrap_or(if q {
+        Duration::from_secs(2)
+    } else {
+        Duration::from_secs(10)
+    });
+    let mut t = String::from(
+        "| offered jobs/s | wake-up | jobs | p50 ms | p95 ms | p99 ms |\n|---:|---|---:|---:|---:|---:|\n",
+    );
+    for r in rates {
+        if r <= 0.0 {
+            return Err(usage("--rate must be above 0"));
+        }
+        for listen in [true, false] {
+            let p = bench::latency(url, base, r, dur, listen).await?;
+            if listen && (r - 500.0).abs() < f64::EPSILON {
+                targets.push((
+                    "pickup p50 <= 2 ms and p99 <= 10 ms at 500 jobs/s with LISTEN".into(),
+                    format!("p50 {:.2} ms, p99 {:.2} ms", p.p50_ms, p.p99_ms),
+                    Some(p.p50_ms <= 2.0 && p.p99_ms <= 10.0),
+                ));
+            }
+            if args.json {
+                print_json(&serde_json::json!({
+                    "scenario": "latency", "offered_per_s": p.offered_per_s,
+                    "listen": p.listen, "jobs": p.jobs,
+                    "p50_ms": p.p50_ms, "p95_ms": p.p95_ms, "p99_ms": p.p99_ms,
+                }));
+            }
+            let _ = writeln!(
+                t,
+                "| {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
+                p.offered_per_s,
+                if p.listen { "LISTEN" } else { "poll 1 s" },
+                p.jobs,
+                p.p50_ms,
+                p.p95_ms,
+                p.p99_ms
+            );
+        }
+    }
+    section(
+        args,
+        md,
+        &format!(
+            "Enqueue-to-start latency ({} s per point, database clock)",
+            dur.as_secs_f64()
+        ),
+        &t,
+    );
+    Ok(())
+}
+
+/// Enqueue rates: single-row transactions and batches.
+async fn enqueue(
+    url: &str,
+    base: &str,
+    args: &Args,
+    jobs: usize,
+    md: &mut String,
+    targets: &mut Targets,
+) -> anyhow::Result<()> {
+    let q = args.quick;
+    let points = bench::enqueue(url, base, if q { 2_000 } else { jobs.max(20_000) }).await?;
+    let best_batch = points
+        .iter()
+        .filter(|p| p.mode.starts_with("batch"))
+        .map(|p| p.jobs_per_s)
+        .fold(0.0, f64::max);
+    targets.push((
+        "batched enqueue >= 100,000 jobs/s".into(),
+        format!("{best_batch:.0} jobs/s"),
+        Some(best_batch >= 100_000.0),
+    ));
+    let mut t = String::from("| mode | jobs | jobs/s |\n|---|---:|---:|\n");
+    for p in &points {
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "enqueue", "mode": p.mode, "jobs": p.jobs, "jobs_per_s": p.jobs_per_s,
+            }));
+        }
+        let _ = writeln!(t, "| {} | {} | {:.0} |", p.mode, p.jobs, p.jobs_per_s);
+    }
+    section(args, md, "Enqueue", &t);
+    Ok(())
+}
+
+/// Claim latency with finished rows kept.
+async fn history(
+    url: &str,
+    base: &str,
+    args: &Args,
+    md: &mut String,
+    targets: &mut Targets,
+) -> anyhow::Result<()> {
+    let q = args.quick;
+    let sizes = if !args.sizes.is_empty() {
+        args.sizes.clone()
+    } else if q {
+        vec![0, 10_000]
+    } else {
+        vec![0, 1_000_000, 10_000_000]
+    };
+    if sizes.iter().any(|s| *s < 0) {
+        return Err(usage("--sizes must not be negative"));
+    }
+    let points = bench::history(url, base, &sizes, if q { 200 } else { 2_000 }).await?;
+    let base_p50 = points.first().map_or(0.0, |p| p.claim_p50_ms);
+    if let Some(last) = points.last().filter(|p| p.finished_rows >= 10_000_000) {
+        let r = last.claim_p50_ms / base_p50.max(1e-9);
+        targets.push((
+            "claim latency with 10 million finished rows within 1.5x of the empty table".into(),
+            format!("{r:.2}x"),
+            Some(r <= 1.5),
+        ));
+    }
+    let mut t = String::from(
+        "| finished rows kept | claims | claim p50 ms | claim p99 ms | p50 vs empty |\n|---:|---:|---:|---:|---:|\n",
+    );
+    for p in &points {
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "history", "finished_rows": p.finished_rows, "claims": p.claims,
+                "claim_p50_ms": p.claim_p50_ms, "claim_p99_ms": p.claim_p99_ms,
+            }));
+        }
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.3} | {:.3} | {:.2}x |",
+            p.finished_rows,
+            p.claims,
+            p.claim_p50_ms,
+            p.claim_p99_ms,
+            p.claim_p50_ms / base_p50.max(1e-9)
+        );
+    }
+    section(args, md, "Claim cost with finished rows kept", &t);
+    Ok(())
+}
+
+/// Dead tuples, size, WAL and transactions per job at a steady load, with and without a
+/// held snapshot.
+async fn footprint(
+    url: &str,
+    base: &str,
+    args: &Args,
+    md: &mut String,
+    targets: &mut Targets,
+) -> anyhow::Result<()> {
+    let q = args.quick;
+    let rate = args
+        .rate
+        .filter(|_| args.scenario == Scenario::Footprint)
+        .unwrap_or(200.0);
+    let steady = args
+        .duration
+        .filter(|_| args.scenario == Scenario::Footprint)
+        .unwrap_or(if q {
+            Duration::from_secs(3)
+        } else {
+            Duration::from_secs(120)
+        });
+    let s = |secs: u64| Duration::from_secs(if q { 2 } else { secs });
+    let held = [("before", s(30)), ("during", s(60)), ("after", s(90))];
+    let mut t = String::from(
+        "| run | phase | s | jobs/s | dead tuples median | dead tuples max | under 6,000 after | under 2,000 after | table+indexes | WAL bytes/job | transactions/job | p50 ms | p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for bystander in [false, true] {
+        let points = if bystander {
+            bench::footprint(url, base, rate, &held).await?
+        } else {
+            bench::footprint(url, base, rate, &[("steady", steady)]).await?
+        };
+        if !bystander {
+            if let Some(p) = points.first() {
+                targets.push((
+                    format!(
+                        "footprint at {rate:.0} jobs/s: dead tuples median <= 2,000, max <= 6,000"
+                    ),
+                    format!("median {}, max {}", p.dead_median, p.dead_max),
+                    Some(
+                        p.dead_median <= bench::FOOTPRINT_MEDIAN_BOUND
+                            && p.dead_max <= bench::FOOTPRINT_MAX_BOUND,
+                    ),
+                ));
+            }
+        } else if let (Some(d), Some(a)) = (
+            points.iter().find(|p| p.phase == "during"),
+            points.iter().find(|p| p.phase == "after"),
+        ) {
+            targets.push((
+                "dead tuples under 6,000 within 60 s after a held snapshot ends".into(),
+                format!(
+                    "max {} while held; under 6,000 {} and under 2,000 {} after it ended",
+                    d.dead_max,
+                    secs(a.under_max_bound_s),
+                    secs(a.under_median_bound_s)
+                ),
+                Some(a.under_max_bound_s.is_some_and(|s| s <= 60.0)),
+            ));
+        }
+        for p in &points {
+            if args.json {
+                print_json(&serde_json::json!({
+                    "scenario": "footprint", "bystander": bystander, "phase": p.phase,
+                    "rate": p.rate, "seconds": p.seconds, "jobs": p.jobs,
+                    "jobs_per_s": p.jobs_per_s,
+                    "dead_median": p.dead_median, "dead_max": p.dead_max,
+                    "under_max_bound_s": p.under_max_bound_s,
+                    "under_median_bound_s": p.under_median_bound_s,
+                    "table_bytes": p.table_bytes, "wal_bytes_per_job": p.wal_bytes_per_job,
+                    "transactions_per_job": p.transactions_per_job,
+                    "p50_ms": p.p50_ms, "p99_ms": p.p99_ms,
+                }));
+            }
+            let _ = writeln!(
+                t,
+                "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {:.1} MiB | {:.0} | {:.2} | {:.2} | {:.2} |",
+                if bystander {
+                    "REPEATABLE READ held through `during`"
+                } else {
+                    "steady"
+                },
+                p.phase,
+                p.seconds,
+                p.jobs_per_s,
+                p.dead_median,
+                p.dead_max,
+                after(p, p.under_max_bound_s),
+                after(p, p.under_median_bound_s),
+                p.table_bytes as f64 / (1024.0 * 1024.0),
+                p.wal_bytes_per_job,
+                p.transactions_per_job,
+                p.p50_ms,
+                p.p99_ms
+            );
+        }
+    }
+    let _ = writeln!(
+        t,
+        "\nDead tuples of the jobs table are sampled each second from the statistics system. A worker with default settings vacuums the table itself past 1,000 dead tuples (`WorkerConfig::vacuum_threshold`), checked every 5 s. \"Under … after\" is the time from the held transaction's end to the first sample at or under that bound."
+    );
+    section(args, md, &format!("Footprint at {rate:.0} jobs/s"), &t);
+    Ok(())
+}
+
+/// Several `skiplock work` processes on one queue: total throughput, and the claim latency
+/// beside them.
+async fn processes(url: &str, base: &str, args: &Args, md: &mut String) -> anyhow::Result<()> {
+    let q = args.quick;
+    let exe = std::env::current_exe()?;
+    let counts: Vec<usize> = if q { vec![1, 2] } else { vec![1, 2, 4, 8] };
+    let pjobs = if q {
+        2_000
+    } else {
+        args.jobs.unwrap_or(100_000)
+    };
+    let concurrency = 50;
+    let points = bench::processes(url, base, &exe, &counts, pjobs, concurrency).await?;
+    let mut t = String::from(
+        "| processes | jobs | jobs/s | vs 1 process | claims timed | claim p50 ms | claim p99 ms |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let one = points.first().map_or(0.0, |p| p.jobs_per_s);
+    for p in &points {
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "processes", "processes": p.processes,
+                "concurrency": p.concurrency, "jobs": p.jobs, "done": p.done,
+                "jobs_per_s": p.jobs_per_s, "claims": p.claims,
+                "claim_p50_ms": p.claim_p50_ms, "claim_p99_ms": p.claim_p99_ms,
+            }));
+        }
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.0} | {:.2}x | {} | {:.3} | {:.3} |",
+            p.processes,
+            p.jobs,
+            p.jobs_per_s,
+            p.jobs_per_s / one.max(1e-9),
+            p.claims,
+            p.claim_p50_ms,
+            p.claim_p99_ms
+        );
+    }
+    let _ = writeln!(
+        t,
+        "\nEach process is `skiplock work --queue bench={concurrency} --drain` with default settings (claims of up to 100), all on one pre-filled queue; jobs/s counts from spawning them to the last one's exit (process start included). The claim latency is a probe beside them on its own connection, claiming one job every 10 ms and completing it."
+    );
+    section(
+        args,
+        md,
+        &format!("Worker processes on one queue ({pjobs} no-op jobs)"),
+        &t,
+    );
     Ok(())
 }
 
@@ -484,7 +548,7 @@ async fn throughput(
     args: &Args,
     jobs: usize,
     md: &mut String,
-    targets: &mut Vec<(String, String, Option<bool>)>,
+    targets: &mut Targets,
 ) -> anyhow::Result<()> {
     use bench::WorkerSetup as W;
     let q = args.quick;

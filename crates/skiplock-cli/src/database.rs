@@ -1,11 +1,11 @@
 //! Which database a command talks to: `--database-url`, else `DATABASE_URL`, else the
 //! embedded default, a private cluster kept in `./.skiplock` (or `$SKIPLOCK_HOME`).
 
-use crate::util::errln;
+use crate::output::errln;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use skiplock_testdb::{LocalCluster, StartOptions};
+use skiplock_embedded::{LocalCluster, StartOptions};
 
 /// Where the embedded default database lives, unless `SKIPLOCK_HOME` says otherwise.
 pub const DEFAULT_HOME: &str = ".skiplock";

@@ -13,7 +13,9 @@ use skiplock::{
     Backoff, Client, JobContext, JobError, JobOptions, NewJob, Registry, StatsHandle, Worker,
 };
 
-use crate::util::{outln, print_json, usage, Target};
+use crate::connect::Target;
+use crate::errors::usage;
+use crate::output::{outln, print_json};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -64,7 +66,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             ))
         })?;
     admin.migrate().await?;
-    skiplock::lab::install_completion_audit(&admin).await?;
+    skiplock_bench::lab::install_completion_audit(&admin).await?;
     let result = demo(&url, &schema, &admin, &args).await;
     if args.keep {
         if !args.json {
@@ -77,10 +79,34 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
 }
 
 async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::Result<()> {
+    let (started, enqueued_in) = enqueue_mix(admin, args.jobs).await?;
+    let record = Arc::new(Mutex::new(Record::default()));
+    let (mut workers, handles) = start_workers(url, schema, args.workers, &record)?;
+    let finished_at = watch(admin, schema, args, enqueued_in, &mut workers).await?;
+    let elapsed = finished_at.duration_since(started) - enqueued_in;
+    stop_workers(workers).await?;
+    let summary = tally(admin, &handles, &record, args.jobs, elapsed).await?;
+    print_summary(&summary, args);
+    anyhow::ensure!(
+        summary.duplicate_completions == 0,
+        "a job was completed twice"
+    );
+    Ok(())
+}
+
+/// A worker of the demo running in a task: stop it with the sender.
+type Running = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<skiplock::Result<skiplock::RunStats>>,
+);
+
+/// Enqueues the demo's mix of `jobs` jobs in batches; returns when enqueueing started and how
+/// long it took.
+async fn enqueue_mix(admin: &Client, jobs: usize) -> anyhow::Result<(Instant, Duration)> {
     // Mixed durations: most jobs take a few milliseconds, some tens, a few hundreds.
     // About 5% fail once and succeed when retried; 0.5% fail every attempt.
     let mut rng = Lcg(0x5eed_5eed);
-    let jobs: Vec<NewJob> = (0..args.jobs)
+    let jobs: Vec<NewJob> = (0..jobs)
         .map(|_| {
             let roll = rng.below(1000);
             let ms = match roll {
@@ -100,12 +126,19 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
     for chunk in jobs.chunks(5_000) {
         admin.enqueue_many(chunk).await?;
     }
-    let enqueued_in = started.elapsed();
+    Ok((started, started.elapsed()))
+}
 
-    let record = Arc::new(Mutex::new(Record::default()));
+/// Starts `count` workers, each with a pool of its own, recording into `record`.
+fn start_workers(
+    url: &str,
+    schema: &str,
+    count: usize,
+    record: &Arc<Mutex<Record>>,
+) -> anyhow::Result<(Vec<Running>, Vec<StatsHandle>)> {
     let mut workers = Vec::new();
     let mut handles: Vec<StatsHandle> = Vec::new();
-    for w in 0..args.workers {
+    for w in 0..count {
         let client = Client::builder(url)
             .schema(schema)
             .pool_size(4)
@@ -126,7 +159,18 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
         }));
         workers.push((stop, task));
     }
+    Ok((workers, handles))
+}
 
+/// Shows the progress until every job is finished, crashing worker 0 a quarter of the way in
+/// (its task is aborted with its jobs in flight); returns when the last job finished.
+async fn watch(
+    admin: &Client,
+    schema: &str,
+    args: &Args,
+    enqueued_in: Duration,
+    workers: &mut [Running],
+) -> anyhow::Result<Instant> {
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -165,8 +209,11 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     bar.finish_and_clear();
-    let elapsed = finished_at.duration_since(started) - enqueued_in;
+    Ok(finished_at)
+}
 
+/// Stops the workers that still run, and waits for the crashed one's task.
+async fn stop_workers(workers: Vec<Running>) -> anyhow::Result<()> {
     for (i, (stop, task)) in workers.into_iter().enumerate() {
         if i == 0 {
             let _ = task.await;
@@ -175,8 +222,33 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
         let _ = stop.send(());
         task.await.context("a worker task failed")??;
     }
+    Ok(())
+}
+
+/// What the demo reports.
+struct Summary {
+    jobs: usize,
+    done: i64,
+    failed: i64,
+    total: skiplock::RunStats,
+    duplicate_completions: i64,
+    jobs_per_s: f64,
+    p50: f64,
+    p99: f64,
+    reran: usize,
+    elapsed: Duration,
+}
+
+/// The figures: the workers' counts, the table's, the completion audit's and the handlers'.
+async fn tally(
+    admin: &Client,
+    handles: &[StatsHandle],
+    record: &Mutex<Record>,
+    jobs: usize,
+    elapsed: Duration,
+) -> anyhow::Result<Summary> {
     let mut total = skiplock::RunStats::default();
-    for h in &handles {
+    for h in handles {
         let s = h.snapshot();
         total.done += s.done;
         total.retried += s.retried;
@@ -188,7 +260,7 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
     let done: i64 = h.queues.iter().map(|q| q.done).sum();
     let failed: i64 = h.queues.iter().map(|q| q.failed).sum();
     // Counted by a trigger on the table, not by the workers (whose counts die with a crash).
-    let (completions, completed_jobs) = skiplock::lab::completion_audit(admin).await?;
+    let (completions, completed_jobs) = skiplock_bench::lab::completion_audit(admin).await?;
     let duplicate_completions = completions - completed_jobs;
     let (p50, p99, reran) = {
         let r = record.lock().unwrap_or_else(|p| p.into_inner());
@@ -204,10 +276,38 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
         let reran = r.succeeded.values().filter(|n| **n > 1).count();
         (pct(0.50), pct(0.99), reran)
     };
-    let jobs_per_s = args.jobs as f64 / elapsed.as_secs_f64().max(1e-9);
+    let jobs_per_s = jobs as f64 / elapsed.as_secs_f64().max(1e-9);
+    Ok(Summary {
+        jobs,
+        done,
+        failed,
+        total,
+        duplicate_completions,
+        jobs_per_s,
+        p50,
+        p99,
+        reran,
+        elapsed,
+    })
+}
+
+/// Prints the summary, as a table or as one JSON object.
+fn print_summary(s: &Summary, args: &Args) {
+    let Summary {
+        done,
+        failed,
+        total,
+        duplicate_completions,
+        jobs_per_s,
+        p50,
+        p99,
+        reran,
+        elapsed,
+        ..
+    } = *s;
     if args.json {
         print_json(&serde_json::json!({
-            "enqueued": args.jobs, "done": done, "failed": failed, "retried": total.retried,
+            "enqueued": s.jobs, "done": done, "failed": failed, "retried": total.retried,
             "reaped": total.reaped, "duplicate_completions": duplicate_completions,
             "lost": total.lost, "jobs_per_s": jobs_per_s,
             "latency_p50_ms": p50, "latency_p99_ms": p99,
@@ -217,7 +317,7 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
     } else {
         outln!(
             "\nskiplock demo: {} jobs, {} workers, worker 0 crashed a quarter of the way in\n",
-            args.jobs,
+            s.jobs,
             args.workers
         );
         let row = |label: &str, value: String, note: &str| {
@@ -268,8 +368,6 @@ async fn demo(url: &str, schema: &str, admin: &Client, args: &Args) -> anyhow::R
             outln!("\n  {reran} job(s) ran to success twice: the crash hit them between finishing and recording it (at-least-once execution; handlers must be idempotent)");
         }
     }
-    anyhow::ensure!(duplicate_completions == 0, "a job was completed twice");
-    Ok(())
 }
 
 fn registry(record: Arc<Mutex<Record>>) -> Registry {

@@ -7,7 +7,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use skiplock::{Error, NewJob};
 
-use crate::util::{out, outln, parse_duration, print_json, schema_hint, usage, Target};
+use crate::connect::Target;
+use crate::errors::{schema_hint, usage};
+use crate::output::{out, outln, print_json};
+use crate::parse::parse_duration;
 
 /// Jobs per INSERT when reading standard input.
 const BATCH: usize = 5_000;

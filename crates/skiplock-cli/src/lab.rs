@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use skiplock::lab::{self, ClaimMethod, RaceOptions, Stop};
 use skiplock::{Client, Schema};
+use skiplock_bench::lab::{self, ClaimMethod, RaceOptions, Stop};
 
-use crate::util::{outln, print_json, usage, Target};
+use crate::connect::Target;
+use crate::errors::usage;
+use crate::output::{outln, print_json};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Experiment {
@@ -63,7 +65,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             "skiplock lab: {} workers, {} jobs, on {}",
             args.workers,
             args.jobs,
-            crate::util::redact(&url)
+            crate::connect::redact(&url)
         );
     }
     for &exp in list {

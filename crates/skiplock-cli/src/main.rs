@@ -1,24 +1,27 @@
 //! The `skiplock` command. It parses arguments and calls the library; the queue's logic
 //! lives in the `skiplock` crate.
-// Output goes through util's outln!/errln!: `println!` panics when the reader went away.
+// Output goes through output's outln!/errln!: `println!` panics when the reader went away.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod admin;
 mod bench;
+mod connect;
 mod database;
 mod demo;
 mod enqueue;
+mod errors;
 mod exec;
 mod lab;
+mod output;
+mod parse;
 mod stats;
-mod util;
 mod work;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::util::{errln, outln, QuietStderr, UsageError};
+use crate::output::{errln, outln, QuietStderr};
 
 /// A PostgreSQL job queue: FOR UPDATE SKIP LOCKED claims with leases, guarded completion,
 /// retries with backoff, LISTEN/NOTIFY wake-ups.
@@ -133,21 +136,12 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let usage = e.chain().any(|c| {
-                c.downcast_ref::<UsageError>().is_some()
-                    || c.downcast_ref::<skiplock::Error>()
-                        .is_some_and(skiplock::Error::is_invalid_input)
-            });
-            let reaching_db = e.chain().any(|c| {
-                matches!(
-                    c.downcast_ref::<skiplock::Error>(),
-                    Some(skiplock::Error::Pool { .. })
-                )
-            });
+            let usage = errors::is_usage(&e);
+            let reaching_db = errors::is_reaching_db(&e);
             // One line: the whole cause chain, with the database's multi-line reports folded.
             let mut msg = format!("{e:#}").replace('\n', " ");
             if let (true, Some(url)) = (reaching_db, url_for_errors.as_deref()) {
-                msg.push_str(&format!(" (database {})", util::redact(url)));
+                msg.push_str(&format!(" (database {})", connect::redact(url)));
             }
             errln!("error: {msg}");
             ExitCode::from(if usage { 2 } else { 1 })
@@ -183,7 +177,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let target = util::Target {
+    let target = connect::Target {
         url: cli.database_url,
         schema: cli.schema,
         server_timeouts: !cli.no_server_timeouts,

@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use crate::util::{outln, parse_duration, print_json, schema_hint, time, Target};
+use crate::connect::Target;
+use crate::errors::schema_hint;
+use crate::output::{outln, print_json, time};
+use crate::parse::parse_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

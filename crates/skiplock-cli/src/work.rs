@@ -7,8 +7,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use skiplock::{JobContext, JobError, JobOptions, Registry, RunStats, Worker};
 
+use crate::connect::Target;
+use crate::errors::usage;
 use crate::exec::{self, Exec};
-use crate::util::{errln, parse_duration, parse_optional_duration, print_json, usage, Target};
+use crate::output::{errln, print_json};
+use crate::parse::{parse_duration, parse_optional_duration};
 
 #[derive(Debug, Clone)]
 pub struct QueueArg(String, usize);

@@ -748,6 +748,31 @@ async fn bench_quick_runs_every_scenario() {
     assert_eq!(left, 0);
 }
 
+/// A task of a benchmark that fails is a runtime error (exit 1), not a refused input (exit
+/// 2): here the worker processes of `bench processes` cannot start, because the command's
+/// own file (which it starts them from) is gone once it runs.
+#[tokio::test]
+async fn a_benchmark_task_that_fails_is_a_runtime_error() {
+    let db = TestDb::new().await;
+    let dir = std::env::temp_dir().join(format!("skiplock-gone-{}", db.schema()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("skiplock");
+    std::fs::copy(assert_cmd::cargo::cargo_bin!("skiplock"), &copy).unwrap();
+    let c = cmd(Some(&db), &["bench", "processes", "--quick"]);
+    let child = Command::new(&copy)
+        .env_remove("DATABASE_URL")
+        .env_remove("SKIPLOCK_HOME")
+        .args(c.get_args())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Running, so the file can go.
+    std::fs::remove_dir_all(&dir).unwrap();
+    let o = child.wait_with_output().unwrap();
+    fails(&o, 1, "cannot start");
+}
+
 // ---- `work --exec`: nothing a command starts outlives its attempt ----------------------------
 
 /// A folder of its own for one test, and the command a job runs there: a shell that starts a

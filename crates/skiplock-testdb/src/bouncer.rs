@@ -45,7 +45,7 @@ impl PgBouncer {
         };
         let server_port = cfg.get_ports().first().copied().unwrap_or(5432);
         let user = cfg.get_user().unwrap_or("postgres").to_owned();
-        let port = crate::cluster::free_port()?;
+        let port = skiplock_embedded::free_port()?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -95,7 +95,7 @@ impl PgBouncer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| Error::io("start", &bin, e))?;
-        crate::testdb::watch_child(child.id(), &dir)?;
+        skiplock_embedded::kill_on_exit(child.id(), &dir)?;
         let bouncer = PgBouncer { child, dir, port };
         // Wait until it accepts connections.
         let deadline = Instant::now() + Duration::from_secs(20);

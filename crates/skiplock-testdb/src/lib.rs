@@ -16,18 +16,17 @@
 //! # }
 //! ```
 //!
-//! [`LocalCluster`] is the same machinery for a cluster you keep (the `skiplock` command's
-//! embedded default database uses it).
+//! The cluster itself is [`skiplock_embedded`]'s [`LocalCluster`], re-exported here with the
+//! rest of that crate's face, for a cluster you keep.
 #![warn(missing_docs)]
 
-mod bindir;
 mod bouncer;
-mod cluster;
 mod testdb;
 
-pub use bindir::{find_pg_bin, PG_BIN_ENV};
 pub use bouncer::{PgBouncer, REQUIRE_PGBOUNCER_ENV};
-pub use cluster::{LocalCluster, StartOptions, SERVER_USER, SUPERUSER};
+pub use skiplock_embedded::{
+    find_pg_bin, LocalCluster, StartOptions, PG_BIN_ENV, SERVER_USER, SUPERUSER,
+};
 pub use testdb::{server_url, TestDb, KEEP_ENV};
 
 use std::path::{Path, PathBuf};
@@ -59,6 +58,15 @@ pub enum Error {
         #[source]
         source: tokio_postgres::Error,
     },
+}
+
+impl From<skiplock_embedded::Error> for Error {
+    fn from(e: skiplock_embedded::Error) -> Self {
+        match e {
+            skiplock_embedded::Error::Io { what, path, source } => Error::Io { what, path, source },
+            other => Error::NoServer(other.to_string()),
+        }
+    }
 }
 
 impl Error {

@@ -1,7 +1,5 @@
 //! The process-wide test server and per-test schemas.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -51,49 +49,11 @@ fn start_server() -> Result<Server, Error> {
         unsafe_fast: true,
         settings: vec![("max_connections".into(), "400".into())],
     })?;
-    spawn_watchdog(&cluster, dir)?;
+    cluster.remove_on_exit()?;
     Ok(Server {
         url: LocalCluster::url(port, "postgres"),
         throwaway: true,
     })
-}
-
-/// A detached shell that waits for this process to exit, then stops the cluster and deletes
-/// its folder, so that no test run leaves a server behind (even after a panic or Ctrl-C).
-pub(crate) fn spawn_watchdog(cluster: &LocalCluster, dir: PathBuf) -> Result<(), Error> {
-    const CLEANUP: &str = r#""$@" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1"#;
-    watchdog(CLEANUP, &dir, &cluster.command_line("pg_ctl"))
-}
-
-/// Like the cluster's watchdog, for a helper process (PgBouncer): when this process exits,
-/// kill `child` (and anything still running from `dir`) and delete `dir`.
-pub(crate) fn watch_child(child: u32, dir: &std::path::Path) -> Result<(), Error> {
-    const CLEANUP: &str = r#"kill "$1" 2>/dev/null; pkill -f "$dir/" 2>/dev/null"#;
-    watchdog(CLEANUP, dir, &[child.to_string()])
-}
-
-/// A detached shell that waits for this process to exit, runs `cleanup` (with `$dir` set
-/// and `args` as its positional parameters), then deletes `dir`. In a process group of its
-/// own, so that a Ctrl-C at the terminal does not end it first.
-fn watchdog(cleanup: &str, dir: &std::path::Path, args: &[String]) -> Result<(), Error> {
-    use std::os::unix::process::CommandExt;
-    let script = format!(
-        "pid=$1; dir=$2; shift 2\nwhile kill -0 \"$pid\" 2>/dev/null; do sleep 1; done\n{cleanup}\nrm -rf \"$dir\""
-    );
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg("sh")
-        .arg(std::process::id().to_string())
-        .arg(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| Error::io("start the cleanup watchdog for", dir, e))?;
-    Ok(())
 }
 
 /// A fresh schema name on the test server, for one test.

@@ -487,12 +487,6 @@ impl Client {
         &self.inner.store
     }
 
-    /// The rendered statements, for the code that binds some itself (the benchmark, the
-    /// lab, the pruner).
-    pub(crate) fn sql(&self) -> &Sql {
-        self.inner.store.sql()
-    }
-
     pub(crate) async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
         self.inner
             .pool

@@ -42,7 +42,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod admin;
-pub mod bench;
 mod caller_tx;
 mod client;
 mod db;
@@ -52,9 +51,9 @@ pub mod health;
 pub mod input;
 mod job;
 mod job_id;
-pub mod lab;
 mod maintenance;
 mod migrate;
+mod notices;
 mod outcome;
 mod schema;
 mod tls;

@@ -14,9 +14,7 @@ use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 use super::{job_state, on_conn, Sql, Store};
 use crate::caller_tx::Conn;
-use crate::job::{
-    ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob, Transition,
-};
+use crate::job::{ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob};
 use crate::outcome::Outcome;
 
 use crate::error::{Error, Result};
@@ -513,32 +511,6 @@ async fn finish_many<C: GenericClient + Sync>(
             _ => Verdict::Lost,
         })
     })
-}
-
-/// Marks one job done with [`finish_many`] (a batch of one), for the lab and the benchmark.
-/// A busy row (a concurrent claim's `FOR UPDATE` may hold it for a moment while it re-checks
-/// the row and skips it) is tried again for up to about 5 s, then counts as not applied.
-pub(crate) async fn complete<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    id: JobId,
-    attempt: i32,
-) -> Result<Transition, PgError> {
-    let f = Finish::complete(id, attempt);
-    let mut wait = std::time::Duration::from_millis(1);
-    for _ in 0..20 {
-        match finish_many(c, None, sql, std::slice::from_ref(&f))
-            .await?
-            .first()
-        {
-            Some(Verdict::Applied(_)) => return Ok(Transition::Applied),
-            Some(Verdict::Busy) => {}
-            _ => return Ok(Transition::Lost),
-        }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(std::time::Duration::from_millis(500));
-    }
-    Ok(Transition::Lost)
 }
 
 /// Renews many leases; returns one verdict per element of `jobs`, in its order.

@@ -12,7 +12,6 @@
 
 pub(crate) mod health;
 pub(crate) mod job;
-pub(crate) mod lab;
 pub(crate) mod maintenance;
 pub(crate) mod schema;
 pub(crate) mod server;
@@ -169,16 +168,6 @@ templates! {
     SchemaVersion => schema_version => "schema_version.sql", "`queries/schema_version.sql`: the highest applied migration.",
     SchemaRecord => schema_record => "schema_record.sql", "`queries/schema_record.sql`: record one applied migration.",
     SchemaDrop => schema_drop => "schema_drop.sql", "`queries/schema_drop.sql`: drop the schema and everything in it (scratch schemas).",
-    LabClaimNaive => lab_claim_naive => "lab_claim_naive.sql", "`queries/lab_claim_naive.sql`: the article's wrong claim (lab only).",
-    LabClaimForUpdate => lab_claim_for_update => "lab_claim_for_update.sql", "`queries/lab_claim_for_update.sql`: `FOR UPDATE` without `SKIP LOCKED` (lab only).",
-    LabClaimSkipLockedDone => lab_claim_skip_locked_done => "lab_claim_skip_locked_done.sql", "`queries/lab_claim_skip_locked_done.sql`: the right claim, done at once (lab only).",
-    LabStatus => lab_status => "lab_status.sql", "`queries/lab_status.sql`: jobs per status of one queue (lab only).",
-    LabAuditInstall => lab_audit_install => "lab_audit_install.sql", "`queries/lab_audit_install.sql`: a trigger recording every transition into `done` (lab and demo only).",
-    LabAuditCount => lab_audit_count => "lab_audit_count.sql", "`queries/lab_audit_count.sql`: the transitions recorded by [`Statement::LabAuditInstall`] (lab and demo only).",
-    BenchFillHistory => bench_fill_history => "bench_fill_history.sql", "`queries/bench_fill_history.sql`: add finished jobs as kept history (benchmarks only).",
-    BenchCounters => bench_counters => "bench_counters.sql", "`queries/bench_counters.sql`: WAL position, transaction counts and dead tuples (benchmarks only).",
-    BenchVacuum => bench_vacuum => "bench_vacuum.sql", "`queries/bench_vacuum.sql`: vacuum and analyze the jobs table (benchmarks only).",
-    BenchFreezeStatistics => bench_freeze_statistics => "bench_freeze_statistics.sql", "`queries/bench_freeze_statistics.sql`: turn autovacuum and autoanalyze off for the jobs table, so that its statistics stay as they were taken (benchmarks only).",
 }
 
 /// Whether the attempt part of the guards is rendered.

@@ -1,10 +1,9 @@
-//! Operator calls: retry, cancel, delete; prune and archive; health; the
-//! lab's wait and vacuum experiments.
+//! Operator calls: retry, cancel, delete; prune and archive; health; the SQL enqueue
+//! function.
 
 use std::time::Duration;
 
-use skiplock::lab::{claim_wait, vacuum};
-use skiplock::{Client, JobId, JobState, NewJob, PruneOptions, Retry, Schema, Transition};
+use skiplock::{Client, JobId, JobState, NewJob, PruneOptions, Retry, Transition};
 use skiplock_testdb::TestDb;
 
 use crate::support::setup;
@@ -343,37 +342,6 @@ async fn health_reports_counts_and_an_idle_in_transaction_session() {
     tx.rollback().await.unwrap();
     let h = b.client.health(Duration::from_secs(3600)).await.unwrap();
     assert!(h.blockers.iter().all(|s| s.pid != pid));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wait_experiment_shows_for_update_waiting_and_skip_locked_not() {
-    let b = setup().await;
-    let schema = Schema::new(b.db.schema()).unwrap();
-    let r = claim_wait(b.db.url(), &schema, Duration::from_millis(500))
-        .await
-        .unwrap();
-    assert!(r.for_update_ms >= 450.0, "{r:?}");
-    assert!(r.skip_locked_ms < 450.0, "{r:?}");
-    assert!(r.for_update_job.is_some() && r.skip_locked_job.is_some());
-}
-
-/// The article's vacuum lesson, in a database of its own (other sessions of a shared
-/// database would change the figures): 2,000 dead rows not removable while one claim
-/// transaction stays open, all removable after it commits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vacuum_cannot_remove_rows_while_a_claim_stays_open() {
-    let db = TestDb::new_database().await;
-    let client = Client::builder(db.url())
-        .schema(db.schema())
-        .build()
-        .unwrap();
-    client.migrate().await.unwrap();
-    let schema = Schema::new(db.schema()).unwrap();
-    let r = vacuum(db.url(), &schema, 2_000, 4).await.unwrap();
-    eprintln!("{r:?}");
-    assert_eq!(r.dead_not_removable_open, 2_000, "{r:?}");
-    assert_eq!(r.dead_not_removable_after_commit, 0, "{r:?}");
-    assert!(r.removed_after_commit >= 2_000, "{r:?}");
 }
 
 /// `<schema>.enqueue(...)` from SQL: enqueues with the library's checks and fires the

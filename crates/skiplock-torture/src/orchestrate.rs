@@ -2,13 +2,13 @@
 //! the end the accounting.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use skiplock::{Client, NewJob};
-use skiplock_testdb::{LocalCluster, StartOptions};
+use skiplock_embedded::{LocalCluster, StartOptions};
 
 use crate::check::{self, Expected};
 use crate::faults::{Fault, Rng, Tally};
@@ -125,16 +125,88 @@ impl Drop for ClusterGuard {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let faults = if args.no_faults {
+    let faults = chosen_faults(&args);
+    let has = |f: Fault| faults.contains(&f);
+    let dir = std::env::temp_dir().join(format!("skiplock-torture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (cluster, port) = start_cluster(&dir)?;
+    let guard = ClusterGuard(cluster.clone(), dir.clone(), args.keep);
+    let url = LocalCluster::url(port, "postgres");
+    print_plan(&args, &faults);
+    let admin = prepare_schema(&url).await?;
+
+    // The worker processes.
+    // Clock skew without a wrapper process (so that `kill -9` reaches the worker itself):
+    // libfaketime preloaded, wall clock two hours ahead, monotonic clock untouched.
+    let faketime = has(Fault::Skew).then(libfaketime).flatten();
+    let (mut procs, logs) = worker_processes(&args, &dir, &url, faketime.as_deref())?;
+    for p in &mut procs {
+        p.start()?;
+    }
+
+    let started = Instant::now();
+    let slow = has(Fault::Slow);
+    let (enqueuer, mut rx) = spawn_enqueuer(&args, admin.clone(), slow);
+    let mut tally = Tally::default();
+    if faketime.is_some() {
+        tally.add(Fault::Skew);
+    }
+    let server = Server {
+        url: &url,
+        cluster: &cluster,
+        port,
+    };
+    inject_faults(&args, &faults, &server, &mut procs, started, &mut tally).await?;
+    enqueuer.await.context("the enqueuer failed")?;
+    let mut expected = Expected::default();
+    while let Ok(batch) = rx.try_recv() {
+        for (n, spec, kind) in batch {
+            expected.jobs.insert(n, (spec, kind));
+        }
+    }
+
+    let quiesce_took = quiesce(&admin, &mut procs).await?;
+    if slow {
+        tally.add(Fault::Slow);
+    }
+
+    let report = check::check(&admin, &expected, &logs).await?;
+    let restarts: BTreeMap<String, u32> = procs
+        .iter()
+        .map(|p| (p.name.clone(), p.starts.saturating_sub(1)))
+        .collect();
+    let ok = report.print(
+        &tally,
+        &restarts,
+        started.elapsed(),
+        quiesce_took,
+        args.json,
+    );
+    drop(guard);
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        println!("kept {}", dir.display());
+    }
+    if !ok {
+        bail!("the accounting found violations (see above)");
+    }
+    Ok(())
+}
+
+/// The faults the run injects: those asked for, all by default, none with `--no-faults`.
+fn chosen_faults(args: &Args) -> Vec<Fault> {
+    if args.no_faults {
         Vec::new()
     } else if args.faults.is_empty() {
         Fault::all()
     } else {
         args.faults.clone()
-    };
-    let has = |f: Fault| faults.contains(&f);
-    let dir = std::env::temp_dir().join(format!("skiplock-torture-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    }
+}
+
+/// The run's own PostgreSQL, in `dir/pg`, started; returns it and its port.
+fn start_cluster(dir: &Path) -> anyhow::Result<(LocalCluster, u16)> {
     let cluster = LocalCluster::new(dir.join("pg"))?;
     cluster.init()?;
     let port = cluster.start(&StartOptions {
@@ -142,8 +214,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         unsafe_fast: false,
         settings: vec![("max_connections".into(), "300".into())],
     })?;
-    let guard = ClusterGuard(cluster.clone(), dir.clone(), args.keep);
-    let url = LocalCluster::url(port, "postgres");
+    Ok((cluster, port))
+}
+
+/// The run's first line: what it is about to do.
+fn print_plan(args: &Args, faults: &[Fault]) {
     println!(
         "skiplock-torture: {} jobs, {:?}, {} typed + {} exec workers, seed {}, faults: {}",
         args.jobs,
@@ -161,13 +236,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 .join(", ")
         }
     );
-    let admin = Client::builder(&url)
+}
+
+/// The orchestrator's client on the run's schema, migrated, with the completion audit and
+/// the lease audit installed.
+async fn prepare_schema(url: &str) -> anyhow::Result<Client> {
+    let admin = Client::builder(url)
         .schema(SCHEMA)
         .pool_size(4)
         .application_name("torture-orchestrator")
         .build()?;
     admin.migrate().await?;
-    skiplock::lab::install_completion_audit(&admin).await?;
+    skiplock_bench::lab::install_completion_audit(&admin).await?;
     admin
         .pool()
         .get()
@@ -175,8 +255,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .batch_execute(check::LEASE_AUDIT_INSTALL)
         .await
         .context("could not install the lease audit")?;
+    Ok(admin)
+}
 
-    // The worker processes.
+/// The worker processes (typed ones first, then `skiplock work --exec` ones), not started
+/// yet, and each one's execution log with its clock offset in milliseconds.
+fn worker_processes(
+    args: &Args,
+    dir: &Path,
+    url: &str,
+    faketime: Option<&Path>,
+) -> anyhow::Result<(Vec<Proc>, Logs)> {
     let exe = std::env::current_exe()?;
     let skiplock_bin = exe.with_file_name("skiplock");
     if !skiplock_bin.is_file() {
@@ -185,9 +274,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             skiplock_bin.display()
         );
     }
-    // Clock skew without a wrapper process (so that `kill -9` reaches the worker itself):
-    // libfaketime preloaded, wall clock two hours ahead, monotonic clock untouched.
-    let faketime = has(Fault::Skew).then(libfaketime).flatten();
     let mut procs = Vec::new();
     let mut logs = Vec::new();
     for i in 0..args.typed_workers {
@@ -195,7 +281,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let mut env = Vec::new();
         let mut offset_ms = 0;
         if i == 0 {
-            if let Some(lib) = &faketime {
+            if let Some(lib) = faketime {
                 offset_ms = SKEW.as_millis() as i64;
                 env.push(("LD_PRELOAD".to_owned(), lib.display().to_string()));
                 env.push(("FAKETIME".to_owned(), "+2h".to_owned()));
@@ -207,7 +293,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             exe.display().to_string(),
             "worker".into(),
             "--url".into(),
-            url.clone(),
+            url.to_owned(),
             "--schema".into(),
             SCHEMA.into(),
             "--log".into(),
@@ -233,7 +319,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let cmd = vec![
             skiplock_bin.display().to_string(),
             "--database-url".into(),
-            url.clone(),
+            url.to_owned(),
             "--schema".into(),
             SCHEMA.into(),
             "work".into(),
@@ -267,17 +353,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         });
         logs.push((log, 0));
     }
-    for p in &mut procs {
-        p.start()?;
-    }
+    Ok((procs, logs))
+}
 
-    // The enqueuer: batches spread over 70% of the duration, each batch's fate known.
-    let started = Instant::now();
+/// Each worker process's execution log, and its clock's offset in milliseconds.
+type Logs = Vec<(PathBuf, i64)>;
+
+/// A batch of jobs as enqueued: each one's number, spec and kind.
+type Batch = Vec<(u64, Spec, &'static str)>;
+
+/// The enqueuer: batches spread over 70% of the duration, each batch's fate known, each sent
+/// on the receiver once enqueued.
+fn spawn_enqueuer(
+    args: &Args,
+    enq_admin: Client,
+    slow: bool,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::mpsc::UnboundedReceiver<Batch>,
+) {
     let enqueue_for = args.duration.mul_f64(0.7);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<(u64, Spec, &'static str)>>();
-    let enq_admin = admin.clone();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Batch>();
     let total = args.jobs;
-    let slow = has(Fault::Slow);
     let seed = args.seed;
     let enqueuer = tokio::spawn(async move {
         let mut rng = Rng::new(seed.wrapping_add(7));
@@ -351,15 +448,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             tokio::time::sleep(gap).await;
         }
     });
+    (enqueuer, rx)
+}
 
-    // Faults until the duration is over.
+/// The run's server: its URL, and the cluster to crash and restart on its port.
+struct Server<'a> {
+    url: &'a str,
+    cluster: &'a LocalCluster,
+    port: u16,
+}
+
+/// Faults at random moments (seeded) until the duration is over; a worker found down is
+/// restarted first. Waits for the last bystander to end.
+async fn inject_faults(
+    args: &Args,
+    faults: &[Fault],
+    server: &Server<'_>,
+    procs: &mut [Proc],
+    started: Instant,
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
     let mut rng = Rng::new(args.seed);
-    let mut tally = Tally::default();
     let mut last_restart = Instant::now();
     let mut bystander: Option<(tokio::task::JoinHandle<()>, Instant)> = None;
-    if faketime.is_some() {
-        tally.add(Fault::Skew);
-    }
     let injectable: Vec<Fault> = faults
         .iter()
         .copied()
@@ -367,7 +478,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     while started.elapsed() < args.duration {
         tokio::time::sleep(Duration::from_millis(1500 + rng.below(2500))).await;
-        for p in &mut procs {
+        for p in procs.iter_mut() {
             if !p.alive() {
                 p.start()?;
             }
@@ -391,17 +502,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 procs[i].start()?;
             }
             Fault::Terminate => {
-                let _ = terminate_some(&url).await;
+                let _ = terminate_some(server.url).await;
             }
             Fault::Restart => {
                 if last_restart.elapsed() < Duration::from_secs(20) {
                     continue;
                 }
                 last_restart = Instant::now();
-                cluster.stop(true)?;
+                server.cluster.stop(true)?;
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                cluster.start(&StartOptions {
-                    port: Some(port),
+                server.cluster.start(&StartOptions {
+                    port: Some(server.port),
                     unsafe_fast: false,
                     settings: vec![("max_connections".into(), "300".into())],
                 })?;
@@ -413,7 +524,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 {
                     continue;
                 }
-                let url = url.clone();
+                let url = server.url.to_owned();
                 bystander = Some((
                     tokio::spawn(async move {
                         let _ = hold_idle_transaction(&url, Duration::from_secs(8)).await;
@@ -428,16 +539,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some((h, _)) = bystander {
         let _ = h.await;
     }
-    enqueuer.await.context("the enqueuer failed")?;
-    let mut expected = Expected::default();
-    while let Ok(batch) = rx.try_recv() {
-        for (n, spec, kind) in batch {
-            expected.jobs.insert(n, (spec, kind));
-        }
-    }
+    Ok(())
+}
 
+/// Every worker up until every job is terminal (for at most 3 minutes), then every worker
+/// stopped. Returns how long the wait took.
+async fn quiesce(admin: &Client, procs: &mut [Proc]) -> anyhow::Result<Duration> {
     // Quiesce: every worker up, every job terminal.
-    for p in &mut procs {
+    for p in procs.iter_mut() {
         if !p.alive() {
             p.start()?;
         }
@@ -445,7 +554,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let quiesce = Instant::now();
     let bound = Duration::from_secs(180);
     loop {
-        match pending(&admin).await {
+        match pending(admin).await {
             Ok(0) => break,
             Ok(n) if quiesce.elapsed() > bound => {
                 eprintln!("torture: {n} jobs still not finished after {bound:?}");
@@ -455,38 +564,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let quiesce_took = quiesce.elapsed();
-    for p in &mut procs {
+    for p in procs.iter_mut() {
         p.signal("-TERM");
     }
-    for p in &mut procs {
+    for p in procs.iter_mut() {
         p.wait(Duration::from_secs(20));
     }
-    if slow {
-        tally.add(Fault::Slow);
-    }
-
-    let report = check::check(&admin, &expected, &logs).await?;
-    let restarts: BTreeMap<String, u32> = procs
-        .iter()
-        .map(|p| (p.name.clone(), p.starts.saturating_sub(1)))
-        .collect();
-    let ok = report.print(
-        &tally,
-        &restarts,
-        started.elapsed(),
-        quiesce_took,
-        args.json,
-    );
-    drop(guard);
-    if !args.keep {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        println!("kept {}", dir.display());
-    }
-    if !ok {
-        bail!("the accounting found violations (see above)");
-    }
-    Ok(())
+    Ok(quiesce_took)
 }
 
 async fn count_range(c: &Client, from: u64, to: u64) -> anyhow::Result<u64> {

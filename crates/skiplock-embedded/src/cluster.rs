@@ -195,9 +195,9 @@ impl LocalCluster {
     }
 
     /// Stops the server and deletes the cluster's folder once this process exits (even after
-    /// a panic), as the tests' own cluster does.
+    /// a panic), as the throwaway cluster of a test process does.
     pub fn remove_on_exit(&self) -> Result<(), Error> {
-        crate::testdb::spawn_watchdog(self, self.dir.clone())
+        crate::watchdog::spawn_watchdog(self, self.dir.clone())
     }
 
     /// The port of the running server, or `None` when it is not running.
@@ -303,7 +303,9 @@ fn check(what: &str, out: Output) -> Result<(), Error> {
     )))
 }
 
-pub(crate) fn free_port() -> Result<u16, Error> {
+/// A TCP port on 127.0.0.1 that is free now (the port [`LocalCluster::start`] picks when
+/// [`StartOptions::port`] is `None`).
+pub fn free_port() -> Result<u16, Error> {
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(|e| Error::io("find a free port on", Path::new("127.0.0.1"), e))?;
     l.local_addr()

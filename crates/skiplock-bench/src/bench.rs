@@ -15,16 +15,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use skiplock::reexports::deadpool_postgres;
+use skiplock::{
+    Client, JobContext, JobError, JobOptions, NewJob, Registry, Schema, Worker, WorkerConfig,
+};
 use tokio_postgres::types::Type;
 
-use crate::client::Client;
-use crate::db;
+use crate::db::{self, Statement};
 use crate::error::{Error, Result};
-use crate::handler::{JobContext, JobError, JobOptions, Registry};
-use crate::job::NewJob;
-use crate::outcome::Outcome;
-use crate::schema::Schema;
-use crate::worker::Worker;
 
 const QUEUE: &str = "bench";
 const LEASE_US: i64 = 300_000_000;
@@ -59,25 +57,36 @@ impl Scratch {
     }
 
     async fn freeze_statistics(&self) -> Result<()> {
-        let conn = self
-            .client
-            .conn("freeze the bench table's statistics")
-            .await?;
-        conn.batch_execute(&self.client.sql().bench_freeze_statistics)
+        let conn = conn(&self.client, "freeze the bench table's statistics").await?;
+        conn.batch_execute(&self.sql(Statement::BenchFreezeStatistics))
             .await
             .map_err(Error::db("freeze the bench table's statistics"))
     }
 
     async fn vacuum(&self) -> Result<()> {
-        let conn = self.client.conn("vacuum the bench table").await?;
-        conn.batch_execute(&self.client.sql().bench_vacuum)
+        let conn = conn(&self.client, "vacuum the bench table").await?;
+        conn.batch_execute(&self.sql(Statement::BenchVacuum))
             .await
             .map_err(Error::db("vacuum the bench table"))
     }
 
-    async fn drop_now(self) -> Result<()> {
-        self.client.drop_schema().await
+    /// One of this crate's statements, for the scratch schema.
+    fn sql(&self, statement: Statement) -> String {
+        statement.sql(self.client.schema())
     }
+
+    async fn drop_now(self) -> Result<()> {
+        Ok(self.client.drop_schema().await?)
+    }
+}
+
+/// A connection from `client`'s pool, for `op`.
+async fn conn(client: &Client, op: &'static str) -> Result<deadpool_postgres::Object> {
+    client
+        .pool()
+        .get()
+        .await
+        .map_err(|source| skiplock::Error::Pool { op, source }.into())
 }
 
 /// When each job started, and its enqueue-to-start latency (ms, database clock).
@@ -116,13 +125,11 @@ fn noop_registry() -> Registry {
 pub struct WorkerSetup {
     /// The queue's concurrency.
     pub concurrency: usize,
-    /// [`WorkerConfig::max_claim_batch`](crate::WorkerConfig::max_claim_batch); `None`: the
-    /// default.
+    /// [`WorkerConfig::max_claim_batch`]; `None`: the default.
     pub batch: Option<u32>,
-    /// [`WorkerConfig::claims_in_flight`](crate::WorkerConfig::claims_in_flight); `None`:
-    /// automatic.
+    /// [`WorkerConfig::claims_in_flight`]; `None`: automatic.
     pub claims_in_flight: Option<usize>,
-    /// Named prepared statements ([`ClientBuilder::prepared_statements`](crate::ClientBuilder::prepared_statements)).
+    /// Named prepared statements ([`ClientBuilder::prepared_statements`](skiplock::ClientBuilder::prepared_statements)).
     pub prepared: bool,
     /// Statistics taken while every job was queued, kept for the whole run (autovacuum and
     /// autoanalyze off for the table).
@@ -170,8 +177,8 @@ impl WorkerSetup {
         *self == Self::defaults(self.concurrency)
     }
 
-    fn config(&self) -> crate::WorkerConfig {
-        let mut cfg = crate::WorkerConfig::default();
+    fn config(&self) -> WorkerConfig {
+        let mut cfg = WorkerConfig::default();
         if let Some(b) = self.batch {
             cfg.max_claim_batch = b;
         }
@@ -257,8 +264,8 @@ pub struct CeilingPoint {
 /// are done. The statements are exactly the worker's ([`Statement::Claim`] and
 /// [`Statement::FinishMany`], unnamed with their parameter types, as the worker sends them).
 ///
-/// [`Statement::Claim`]: crate::Statement::Claim
-/// [`Statement::FinishMany`]: crate::Statement::FinishMany
+/// [`Statement::Claim`]: skiplock::Statement::Claim
+/// [`Statement::FinishMany`]: skiplock::Statement::FinishMany
 pub async fn ceiling(
     url: &str,
     base: &str,
@@ -279,9 +286,7 @@ pub async fn ceiling(
     }
     let mut done = 0usize;
     for t in tasks {
-        done += t
-            .await
-            .map_err(|e| Error::invalid("bench", format!("a ceiling task failed: {e}")))??;
+        done += t.await.map_err(Error::task("a ceiling task"))??;
     }
     let secs = started.elapsed().as_secs_f64();
     s.drop_now().await?;
@@ -295,55 +300,22 @@ pub async fn ceiling(
 
 async fn ceiling_loop(client: Client, batch: u32) -> Result<usize> {
     const OP: &str = "run the ceiling loop";
-    let conn = client.conn(OP).await?;
-    let claim = client.statement(crate::Statement::Claim);
-    let finish = client.statement(crate::Statement::FinishMany);
+    let conn = conn(&client, OP).await?;
+    let claim = client.statement(skiplock::Statement::Claim);
+    let finish = client.statement(skiplock::Statement::FinishMany);
     let limit = i64::from(batch);
     let mut done = 0;
     loop {
-        let rows = conn
-            .query_typed(
-                claim,
-                &[
-                    (&QUEUE, Type::TEXT),
-                    (&limit, Type::INT8),
-                    (&LEASE_US, Type::INT8),
-                ],
-            )
+        let jobs = db::claim(&**conn, claim, QUEUE, limit, LEASE_US)
             .await
             .map_err(Error::db(OP))?;
-        if rows.is_empty() {
+        if jobs.is_empty() {
             return Ok(done);
         }
-        let mut ids = Vec::with_capacity(rows.len());
-        let mut attempts = Vec::with_capacity(rows.len());
-        for r in &rows {
-            ids.push(r.try_get::<_, i64>("id").map_err(Error::db(OP))?);
-            attempts.push(r.try_get::<_, i32>("attempts").map_err(Error::db(OP))?);
-        }
-        let outcomes = vec![Outcome::Complete.sql_name(); ids.len()];
-        let errors = vec![""; ids.len()];
-        let zeros = vec![0i64; ids.len()];
-        let written = conn
-            .query_typed(
-                finish,
-                &[
-                    (&ids, Type::INT8_ARRAY),
-                    (&attempts, Type::INT4_ARRAY),
-                    (&outcomes, Type::TEXT_ARRAY),
-                    (&errors, Type::TEXT_ARRAY),
-                    (&zeros, Type::INT8_ARRAY),
-                    (&zeros, Type::INT8_ARRAY),
-                    (&zeros, Type::INT8_ARRAY),
-                ],
-            )
+        let results = db::finish_complete(&**conn, finish, &jobs)
             .await
             .map_err(Error::db(OP))?;
-        for r in &written {
-            if r.try_get::<_, &str>("result").map_err(Error::db(OP))? == "written" {
-                done += 1;
-            }
-        }
+        done += results.iter().filter(|r| *r == "written").count();
     }
 }
 
@@ -439,14 +411,12 @@ async fn offer(client: &Client, rate: f64, duration: Duration) -> Result<usize> 
                     sent += 1;
                 }
             }
-            Ok::<usize, Error>(sent)
+            Ok::<usize, skiplock::Error>(sent)
         }));
     }
     let mut total = 0;
     for h in handles {
-        total += h
-            .await
-            .map_err(|e| Error::invalid("bench", format!("an enqueue task failed: {e}")))??;
+        total += h.await.map_err(Error::task("an enqueue task"))??;
     }
     Ok(total)
 }
@@ -488,12 +458,11 @@ pub async fn enqueue(url: &str, base: &str, jobs: usize) -> Result<Vec<EnqueuePo
             for _ in 0..single / 8 {
                 client.enqueue(&job).await?;
             }
-            Ok::<(), Error>(())
+            Ok::<(), skiplock::Error>(())
         }));
     }
     for t in tasks {
-        t.await
-            .map_err(|e| Error::invalid("bench", format!("an enqueue task failed: {e}")))??;
+        t.await.map_err(Error::task("an enqueue task"))??;
     }
     out.push(EnqueuePoint {
         mode: "single x8".into(),
@@ -544,28 +513,30 @@ pub async fn history(
     for &rows in sizes {
         let s = Scratch::new(url, base, "hist", 4).await?;
         {
-            let conn = s.client.conn(OP).await?;
+            let conn = conn(&s.client, OP).await?;
+            let fill = s.sql(Statement::BenchFillHistory);
             let mut left = rows;
             while left > 0 {
                 let n = left.min(1_000_000);
-                conn.execute_typed(&s.client.sql().bench_fill_history, &[(&n, Type::INT8)])
+                conn.execute_typed(&fill, &[(&n, Type::INT8)])
                     .await
                     .map_err(Error::db(OP))?;
                 left -= n;
             }
         }
         s.fill(claims).await?;
-        let conn = s.client.conn(OP).await?;
-        let sql = s.client.sql();
+        let conn = conn(&s.client, OP).await?;
+        let claim = s.client.statement(skiplock::Statement::Claim);
+        let finish = s.client.statement(skiplock::Statement::FinishMany);
         let mut lat = Vec::with_capacity(claims);
         for _ in 0..claims {
             let started = Instant::now();
-            let jobs = db::job::claim(&**conn, None, sql, QUEUE, 1, LEASE_US)
+            let jobs = db::claim(&**conn, claim, QUEUE, 1, LEASE_US)
                 .await
                 .map_err(Error::db(OP))?;
             lat.push(started.elapsed().as_secs_f64() * 1000.0);
-            for j in jobs {
-                let _ = db::job::complete(&**conn, sql, j.id, j.attempt)
+            for (id, attempt) in jobs {
+                let _ = db::complete(&**conn, finish, id, attempt)
                     .await
                     .map_err(Error::db(OP))?;
             }
@@ -645,8 +616,9 @@ pub async fn footprint(
     let handle = tokio::spawn(worker.run(async {
         let _ = stopped.await;
     }));
-    let counters_conn = s.client.conn(OP).await?;
+    let counters_conn = conn(&s.client, OP).await?;
     let schema = s.client.schema().name().to_owned();
+    let counters_sql = s.sql(Statement::BenchCounters);
     let counters = |c: &tokio_postgres::Row| -> Result<(i64, i64, i64, i64)> {
         Ok((
             c.try_get(0).map_err(Error::db(OP))?,
@@ -657,7 +629,7 @@ pub async fn footprint(
     };
     let read = || async {
         counters_conn
-            .query_typed_one(&s.client.sql().bench_counters, &[(&schema, Type::TEXT)])
+            .query_typed_one(&counters_sql, &[(&schema, Type::TEXT)])
             .await
             .map_err(Error::db(OP))
     };
@@ -671,11 +643,7 @@ pub async fn footprint(
         if phase == "during" {
             // The bystander: a REPEATABLE READ transaction that reads once and stays open.
             let (release, released) = tokio::sync::oneshot::channel::<()>();
-            let (url, statement, schema) = (
-                url.to_owned(),
-                s.client.sql().bench_counters.clone(),
-                schema.clone(),
-            );
+            let (url, statement, schema) = (url.to_owned(), counters_sql.clone(), schema.clone());
             let (opened_tx, opened) = tokio::sync::oneshot::channel::<()>();
             let h = tokio::spawn(async move {
                 let (mut c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
@@ -804,30 +772,32 @@ pub async fn processes(
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
                 .spawn()
-                .map_err(|e| {
-                    Error::invalid("bench", format!("cannot start {}: {e}", program.display()))
-                })?;
+                .map_err(Error::process(format!(
+                    "cannot start {}",
+                    program.display()
+                )))?;
             children.push(tokio::task::spawn_blocking(move || {
                 child.wait_with_output()
             }));
         }
         let probe = async {
-            let conn = s.client.conn(OP).await?;
-            let sql = s.client.sql();
+            let conn = conn(&s.client, OP).await?;
+            let claim = s.client.statement(skiplock::Statement::Claim);
+            let finish = s.client.statement(skiplock::Statement::FinishMany);
             let mut lat = Vec::new();
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             loop {
                 tick.tick().await;
                 let t = Instant::now();
-                let claimed = db::job::claim(&**conn, None, sql, QUEUE, 1, LEASE_US)
+                let claimed = db::claim(&**conn, claim, QUEUE, 1, LEASE_US)
                     .await
                     .map_err(Error::db(OP))?;
                 let ms = t.elapsed().as_secs_f64() * 1000.0;
-                let Some(j) = claimed.first() else {
+                let Some(&(id, attempt)) = claimed.first() else {
                     return Ok::<_, Error>(lat);
                 };
                 lat.push(ms);
-                let _ = db::job::complete(&**conn, sql, j.id, j.attempt)
+                let _ = db::complete(&**conn, finish, id, attempt)
                     .await
                     .map_err(Error::db(OP))?;
             }
@@ -837,13 +807,13 @@ pub async fn processes(
         let mut done = 0u64;
         for o in outputs {
             let o = o
-                .map_err(|e| Error::invalid("bench", format!("a worker process: {e}")))?
-                .map_err(|e| Error::invalid("bench", format!("a worker process: {e}")))?;
+                .map_err(Error::task("waiting for a worker process"))?
+                .map_err(Error::process("a worker process".to_owned()))?;
             if !o.status.success() {
-                return Err(Error::invalid(
-                    "bench",
-                    format!("a worker process ended with {}", o.status),
-                ));
+                return Err(Error::Process {
+                    what: format!("a worker process ended with {}", o.status),
+                    source: None,
+                });
             }
             done += String::from_utf8_lossy(&o.stdout)
                 .lines()

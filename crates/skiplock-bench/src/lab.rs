@@ -8,11 +8,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
-use crate::db::{self, Sql, Statement};
+use skiplock::reexports::deadpool_postgres;
+use skiplock::{Client, NewJob, Schema};
+use tokio_postgres::error::DbError;
+
+use crate::db::{self, Statement};
 use crate::error::{Error, Result};
-use crate::job::NewJob;
-use crate::schema::Schema;
 
 /// The queue the lab's jobs go to.
 pub const LAB_QUEUE: &str = "lab";
@@ -126,10 +127,7 @@ pub async fn claim_race(
     // Open every connection first, so that all claimers start together.
     let mut conns = Vec::with_capacity(opts.workers);
     for _ in 0..opts.workers {
-        conns.push(client.pool().get().await.map_err(|source| Error::Pool {
-            op: "open a lab connection",
-            source,
-        })?);
+        conns.push(pooled(&client, "open a lab connection").await?);
     }
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(opts.workers);
@@ -143,9 +141,7 @@ pub async fn claim_race(
     let mut claims = 0u64;
     let mut lost = 0u64;
     for t in tasks {
-        let out = t
-            .await
-            .map_err(|e| Error::invalid("lab", format!("a claimer task failed: {e}")))??;
+        let out = t.await.map_err(Error::task("a claimer task"))??;
         claims += out.taken.len() as u64;
         lost += out.lost;
         for id in out.taken {
@@ -163,11 +159,8 @@ pub async fn claim_race(
         })
         .max()
         .unwrap_or(0);
-    let conn = client.pool().get().await.map_err(|source| Error::Pool {
-        op: "read the lab results",
-        source,
-    })?;
-    let statuses = db::lab::status(&**conn, &Sql::new(schema), LAB_QUEUE)
+    let conn = pooled(&client, "read the lab results").await?;
+    let statuses = db::status(&**conn, schema, LAB_QUEUE)
         .await
         .map_err(Error::db("read the lab results"))?;
     Ok(RaceReport {
@@ -181,6 +174,15 @@ pub async fn claim_race(
         statuses,
         elapsed,
     })
+}
+
+/// A connection from `client`'s pool, for `op`.
+async fn pooled(client: &Client, op: &'static str) -> Result<deadpool_postgres::Object> {
+    client
+        .pool()
+        .get()
+        .await
+        .map_err(|source| skiplock::Error::Pool { op, source }.into())
 }
 
 struct ClaimerOut {
@@ -202,7 +204,10 @@ async fn claimer(
         lost: 0,
     };
     let c: &tokio_postgres::Client = &conn;
-    let sql = Sql::new(client.schema());
+    let naive = Statement::LabClaimNaive.sql(client.schema());
+    let for_update = Statement::LabClaimForUpdate.sql(client.schema());
+    let claim = client.statement(skiplock::Statement::Claim);
+    let finish = client.statement(skiplock::Statement::FinishMany);
     let mut n = 0u32;
     loop {
         if let Stop::AfterClaims(max) = opts.stop {
@@ -214,31 +219,27 @@ async fn claimer(
         let got: Vec<(i64, i32)> = match method {
             ClaimMethod::Naive | ClaimMethod::ForUpdate => {
                 let stmt = if method == ClaimMethod::Naive {
-                    sql.get(Statement::LabClaimNaive)
+                    &naive
                 } else {
-                    sql.get(Statement::LabClaimForUpdate)
+                    &for_update
                 };
-                db::lab::claim_with(c, stmt, LAB_QUEUE, i64::from(opts.batch))
+                db::claim_with(c, stmt, LAB_QUEUE, i64::from(opts.batch))
                     .await
                     .map_err(Error::db("run a lab claim"))?
             }
             ClaimMethod::SkipLocked => {
-                let jobs =
-                    db::job::claim(c, None, &sql, LAB_QUEUE, i64::from(opts.batch), 300_000_000)
-                        .await
-                        .map_err(Error::db("claim jobs"))?;
-                let mut got = Vec::with_capacity(jobs.len());
-                for j in jobs {
-                    if !db::job::complete(c, &sql, j.id, j.attempt)
+                let jobs = db::claim(c, claim, LAB_QUEUE, i64::from(opts.batch), 300_000_000)
+                    .await
+                    .map_err(Error::db("claim jobs"))?;
+                for &(id, attempt) in &jobs {
+                    if !db::complete(c, finish, id, attempt)
                         .await
                         .map_err(Error::db("complete a job"))?
-                        .is_applied()
                     {
                         out.lost += 1;
                     }
-                    got.push((j.id.0, j.attempt));
                 }
-                got
+                jobs
             }
         };
         if got.is_empty() && opts.stop == Stop::WhenEmpty {
@@ -253,8 +254,8 @@ async fn claimer(
 /// (for demos and tests: it costs an insert per completion). See [`completion_audit`].
 pub async fn install_completion_audit(client: &Client) -> Result<()> {
     const OP: &str = "install the completion audit";
-    let conn = client.conn(OP).await?;
-    conn.batch_execute(&client.sql().lab_audit_install)
+    let conn = pooled(client, OP).await?;
+    conn.batch_execute(&Statement::LabAuditInstall.sql(client.schema()))
         .await
         .map_err(Error::db(OP))
 }
@@ -263,9 +264,9 @@ pub async fn install_completion_audit(client: &Client) -> Result<()> {
 /// difference is the number of duplicate completions.
 pub async fn completion_audit(client: &Client) -> Result<(i64, i64)> {
     const OP: &str = "read the completion audit";
-    let conn = client.conn(OP).await?;
+    let conn = pooled(client, OP).await?;
     let row = conn
-        .query_one(&client.sql().lab_audit_count, &[])
+        .query_one(&Statement::LabAuditCount.sql(client.schema()), &[])
         .await
         .map_err(Error::db(OP))?;
     Ok((
@@ -306,7 +307,6 @@ pub async fn claim_wait(url: &str, schema: &Schema, hold: Duration) -> Result<Wa
         .map(|i| NewJob::new("lab", &serde_json::json!({ "email_id": i })).queue(LAB_QUEUE))
         .collect();
     client.enqueue_many(&jobs).await?;
-    let sql = Sql::new(schema);
     let one = 1i64;
     let mut report = WaitReport {
         hold,
@@ -320,24 +320,22 @@ pub async fn claim_wait(url: &str, schema: &Schema, hold: Duration) -> Result<Wa
         Statement::LabClaimForUpdate,
         Statement::LabClaimSkipLockedDone,
     ] {
-        let mut a = client.conn(OP).await?;
-        let b = client.conn(OP).await?;
+        let mut a = pooled(&client, OP).await?;
+        let b = pooled(&client, OP).await?;
         let tx = a.transaction().await.map_err(Error::db(OP))?;
-        let first = db::lab::claim_with(&*tx, sql.get(statement), LAB_QUEUE, one)
+        let stmt = statement.sql(schema);
+        let first = db::claim_with(&*tx, &stmt, LAB_QUEUE, one)
             .await
             .map_err(Error::db(OP))?;
         report.first_job = first.first().map_or(0, |j| j.0);
-        let stmt = sql.get(statement).to_owned();
         let second = tokio::spawn(async move {
             let started = Instant::now();
-            let got = db::lab::claim_with(&**b, &stmt, LAB_QUEUE, one).await;
+            let got = db::claim_with(&**b, &stmt, LAB_QUEUE, one).await;
             (got, started.elapsed())
         });
         tokio::time::sleep(hold).await;
         tx.commit().await.map_err(Error::db(OP))?;
-        let (got, took) = second
-            .await
-            .map_err(|e| Error::invalid("lab", format!("the second claimer failed: {e}")))?;
+        let (got, took) = second.await.map_err(Error::task("the second claimer"))?;
         let got = got.map_err(Error::db(OP))?.first().map(|j| j.0);
         let ms = took.as_secs_f64() * 1000.0;
         if statement == Statement::LabClaimForUpdate {
@@ -390,34 +388,28 @@ pub async fn vacuum(
     for chunk in new.chunks(10_000) {
         client.enqueue_many(chunk).await?;
     }
-    let sql = Sql::new(schema);
-    let table = format!("{}.jobs", schema.quoted());
-    let (vac, mut notices) = notice_connection(&client).await?;
-    vac.batch_execute(&format!("VACUUM {table}"))
+    let claim = Statement::LabClaimSkipLockedDone.sql(schema);
+    let (vac, mut notices) = client.connect_with_notices().await?;
+    vac.batch_execute(&Statement::LabVacuum.sql(schema))
         .await
         .map_err(Error::db(OP))?;
     while notices.try_recv().is_ok() {}
 
     // The open claim.
-    let mut holder = client.conn(OP).await?;
+    let mut holder = pooled(&client, OP).await?;
     let tx = holder.transaction().await.map_err(Error::db(OP))?;
-    db::lab::claim_with(
-        &*tx,
-        sql.get(Statement::LabClaimSkipLockedDone),
-        LAB_QUEUE,
-        1,
-    )
-    .await
-    .map_err(Error::db(OP))?;
+    db::claim_with(&*tx, &claim, LAB_QUEUE, 1)
+        .await
+        .map_err(Error::db(OP))?;
 
     // Others process the rest, each job claimed and marked done in one statement.
     let mut tasks = Vec::new();
     for _ in 0..workers.max(1) {
-        let conn = client.conn(OP).await?;
-        let stmt = sql.get(Statement::LabClaimSkipLockedDone).to_owned();
+        let conn = pooled(&client, OP).await?;
+        let stmt = claim.clone();
         tasks.push(tokio::spawn(async move {
             loop {
-                let got = db::lab::claim_with(&**conn, &stmt, LAB_QUEUE, 1).await?;
+                let got = db::claim_with(&**conn, &stmt, LAB_QUEUE, 1).await?;
                 if got.is_empty() {
                     return Ok::<(), tokio_postgres::Error>(());
                 }
@@ -426,11 +418,11 @@ pub async fn vacuum(
     }
     for t in tasks {
         t.await
-            .map_err(|e| Error::invalid("lab", format!("a worker task failed: {e}")))?
+            .map_err(Error::task("a worker task"))?
             .map_err(Error::db(OP))?;
     }
 
-    let verbose = format!("VACUUM (VERBOSE) {table}");
+    let verbose = Statement::LabVacuumVerbose.sql(schema);
     vac.batch_execute(&verbose).await.map_err(Error::db(OP))?;
     let open = collect(&mut notices);
     tx.commit().await.map_err(Error::db(OP))?;
@@ -456,41 +448,15 @@ pub async fn vacuum(
     })
 }
 
-/// A connection whose notices (VACUUM VERBOSE's INFO lines) arrive on the receiver.
-/// Opened like the client's own connections (its TLS settings among them).
-async fn notice_connection(
-    via: &Client,
-) -> Result<(
-    tokio_postgres::Client,
-    tokio::sync::mpsc::UnboundedReceiver<String>,
-)> {
-    const OP: &str = "connect for the vacuum experiment";
-    let cfg = via
-        .config()
-        .ok_or_else(|| Error::invalid("lab", "the client does not know its URL"))?;
-    let (client, mut conn) = via.connector().connect(cfg).await.map_err(Error::db(OP))?;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-            if let tokio_postgres::AsyncMessage::Notice(n) = msg {
-                // Before PostgreSQL 15 the dead-but-not-removable count is in the detail.
-                let text = match n.detail() {
-                    Some(d) => format!("{}\n{d}", n.message()),
-                    None => n.message().to_owned(),
-                };
-                if tx.send(text).is_err() {
-                    break;
-                }
-            }
-        }
-    });
-    Ok((client, rx))
-}
-
-fn collect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Vec<String> {
+/// The notices received so far (VACUUM VERBOSE's INFO lines), line by line. Before
+/// PostgreSQL 15 the dead-but-not-removable count is in a notice's detail.
+fn collect(rx: &mut tokio::sync::mpsc::UnboundedReceiver<DbError>) -> Vec<String> {
     let mut v = Vec::new();
-    while let Ok(m) = rx.try_recv() {
-        v.extend(m.lines().map(str::to_owned));
+    while let Ok(n) = rx.try_recv() {
+        v.extend(n.message().lines().map(str::to_owned));
+        if let Some(d) = n.detail() {
+            v.extend(d.lines().map(str::to_owned));
+        }
     }
     v
 }

@@ -2,12 +2,31 @@
 //! once, then the accounting. The long run is the same command with a longer duration.
 #![allow(clippy::unwrap_used)]
 
+use std::path::Path;
 use std::process::Command;
+
+/// Builds the `skiplock` command beside the harness, which runs it for its `--exec` workers:
+/// a test of this crate alone builds no other crate's binaries.
+fn build_the_skiplock_command(harness: &Path) {
+    let release = harness
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|d| d == "release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-p", "skiplock-cli", "--bin", "skiplock"]);
+    if release {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().unwrap();
+    assert!(status.success(), "could not build the skiplock command");
+}
 
 /// Runs `skiplock-torture run` with these arguments; returns whether it passed, and its JSON
 /// report.
 fn torture(args: &[&str]) -> (bool, serde_json::Value, String) {
-    let o = Command::new(assert_cmd::cargo::cargo_bin!("skiplock-torture"))
+    let harness = assert_cmd::cargo::cargo_bin!("skiplock-torture");
+    build_the_skiplock_command(harness);
+    let o = Command::new(harness)
         .arg("run")
         .args(args)
         .arg("--json")
@@ -25,7 +44,7 @@ fn torture(args: &[&str]) -> (bool, serde_json::Value, String) {
 }
 
 fn no_server() -> bool {
-    if skiplock_testdb::find_pg_bin().is_err() {
+    if skiplock_embedded::find_pg_bin().is_err() {
         eprintln!("no local PostgreSQL server binaries: the torture run needs its own server");
         return true;
     }

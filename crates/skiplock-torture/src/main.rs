@@ -6,7 +6,7 @@
 //! attempts fence): the accounting must fail.
 //!
 //! ```sh
-//! cargo build --release -p skiplock-cli
+//! cargo build --release -p skiplock-cli -p skiplock-torture
 //! target/release/skiplock-torture run --duration 30m --jobs 200000   # the long run
 //! target/release/skiplock-torture run --duration 45s --jobs 3000     # the short run CI does
 //! ```

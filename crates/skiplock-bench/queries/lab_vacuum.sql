@@ -1,0 +1,3 @@
+-- The lab's vacuum experiment: vacuum the jobs table, so that the experiment starts from a
+-- table with no dead rows.
+VACUUM {schema}.jobs
