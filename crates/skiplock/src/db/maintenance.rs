@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 impl Store {
     /// `job_prune.sql`: deletes one batch of jobs finished more than `retention_us` ago
     /// (failed ones too if `include_failed`); returns how many it deleted.
-    #[allow(dead_code)] // `Client::prune` still binds it itself, through `prune_batch`.
     pub(crate) async fn job_prune<C: GenericClient + Sync>(
         &self,
         c: &C,
@@ -25,7 +24,6 @@ impl Store {
 
     /// `job_archive.sql`: moves one batch of jobs finished more than `retention_us` ago to
     /// `jobs_archive`; returns how many it moved.
-    #[allow(dead_code)] // `Client::prune` still binds it itself, through `prune_batch`.
     pub(crate) async fn job_archive<C: GenericClient + Sync>(
         &self,
         c: &C,
@@ -88,8 +86,8 @@ impl Store {
 }
 
 /// Deletes (or archives) one batch; returns how many rows it moved. [`Store::job_prune`]
-/// and [`Store::job_archive`] run it; `Client::prune` calls it directly.
-pub(crate) async fn prune_batch<C: GenericClient + Sync>(
+/// and [`Store::job_archive`] run it.
+async fn prune_batch<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     archive: bool,
