@@ -5,6 +5,7 @@
 //! a column (a queue's pause state) or a section (periodic schedules) is one more entry.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -46,6 +47,17 @@ impl QueueRow {
     }
 }
 
+/// How long the last minute's finished counts of a large table are kept: reading them is
+/// the one full scan of the page, so it is not repeated on every refresh.
+pub(crate) const RECENT_TTL: Duration = Duration::from_secs(10);
+
+/// The last minute's finished counts per queue, as read at `at`.
+#[derive(Debug, Clone)]
+pub(crate) struct Recent {
+    at: Instant,
+    counts: Vec<(String, Count)>,
+}
+
 /// What the page shows.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Queues {
@@ -54,6 +66,8 @@ pub(crate) struct Queues {
     pub(crate) estimated: bool,
     /// The last minute's count could not be read in time.
     pub(crate) recent_timed_out: bool,
+    /// The last minute's count comes from the cache, read this long ago.
+    pub(crate) recent_age: Option<Duration>,
 }
 
 /// A column of the queues table.
@@ -231,25 +245,54 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             row.failed = scale(r.get("failed"));
             row.last_minute = Some(Count::Exact(0));
         }
-        let sp = tx.savepoint("recent").await?;
-        match db::rows(&sp, &sql.queue_finished_recent, &limits).await {
-            Ok(recent) => {
-                let total: i64 = recent.iter().map(|r| r.get::<_, i64>("last_minute")).sum();
-                for r in &recent {
-                    let q: String = r.get("queue");
-                    let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
-                    row.last_minute = Some(bound(r.get("last_minute"), total));
-                }
-                sp.commit().await?;
+        let cached = app
+            .recent
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|c| c.at.elapsed() < RECENT_TTL);
+        let recent = match cached {
+            Some(c) => {
+                out.recent_age = Some(c.at.elapsed());
+                Some(c.counts)
             }
-            Err(e) if e.is_timeout() => {
+            None => {
+                let sp = tx.savepoint("recent").await?;
+                match db::rows(&sp, &sql.queue_finished_recent, &limits).await {
+                    Ok(recent) => {
+                        let total: i64 =
+                            recent.iter().map(|r| r.get::<_, i64>("last_minute")).sum();
+                        let counts: Vec<(String, Count)> = recent
+                            .iter()
+                            .map(|r| (r.get("queue"), bound(r.get("last_minute"), total)))
+                            .collect();
+                        sp.commit().await?;
+                        if let Ok(mut c) = app.recent.lock() {
+                            *c = Some(Recent {
+                                at: Instant::now(),
+                                counts: counts.clone(),
+                            });
+                        }
+                        Some(counts)
+                    }
+                    Err(e) if e.is_timeout() => None,
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        match recent {
+            Some(counts) => {
+                for (q, c) in counts {
+                    let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
+                    row.last_minute = Some(c);
+                }
+            }
+            None => {
                 out.recent_timed_out = true;
                 for row in rows.values_mut() {
                     row.last_minute = None;
                 }
-                drop(sp);
             }
-            Err(e) => return Err(e),
         }
     }
     out.rows = rows.into_values().collect();
@@ -290,6 +333,15 @@ fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
             "The last minute's count was not read within the statement timeout (no index covers \
              finished_at).",
         );
+    }
+    let cached;
+    if let Some(age) = q.recent_age {
+        cached = format!(
+            "Finished / min on a table this large is read at most every {} s (this one {} s ago).",
+            RECENT_TTL.as_secs(),
+            age.as_secs()
+        );
+        notes.push(&cached);
     }
     for n in notes {
         s.push_str(&format!("<p class=\"note\">{}</p>", esc(n)));
