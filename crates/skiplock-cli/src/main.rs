@@ -14,6 +14,7 @@ mod exec;
 mod lab;
 mod output;
 mod parse;
+mod serve;
 mod stats;
 mod work;
 
@@ -81,6 +82,9 @@ enum Command {
     /// Measure throughput (against the raw-SQL ceiling), latency, enqueue rate, claim cost
     /// with history, and footprint, in scratch schemas.
     Bench(bench::Args),
+    /// Serve the web dashboard (basic authentication from SKIPLOCK_WEB_USER and
+    /// SKIPLOCK_WEB_PASSWORD).
+    Serve(serve::Args),
     /// Manage the embedded default database (./.skiplock, or $SKIPLOCK_HOME).
     Pg {
         #[command(subcommand)]
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
     };
     let default_log = match cli.command {
         Command::Work(_) => "warn,skiplock=info",
+        Command::Serve(_) => "warn,skiplock_web=info",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -220,6 +225,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lab(args) => lab::run(&target, args).await,
         Command::Demo(args) => demo::run(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
+        Command::Serve(args) => serve::run(&target, args).await,
         Command::Pg { action } => {
             let home = database::Home::locate()?;
             match action {

@@ -5,8 +5,8 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Error as PgError, GenericClient};
 
 use super::{on_conn, Store};
-use crate::error::{Error, Result};
 use crate::caller_tx::Conn;
+use crate::error::{Error, Result};
 use crate::migrate::Migration;
 
 const BEGIN: &str = "begin the migration transaction";

@@ -1,0 +1,18 @@
+-- One page of the job list, newest first: jobs with an id below $4 (no bound when NULL),
+-- matching the filters $1 status, $2 queue, $3 kind (each ignored when NULL), at most $5.
+-- Keyset pagination: the next page starts below the last id shown, so a page costs the same
+-- however deep it is (no OFFSET). Times are epoch seconds; `now` is the database's clock.
+SELECT id, queue, kind, status, priority, attempts, max_attempts,
+       extract(epoch FROM run_at)::float8                 AS run_at,
+       extract(epoch FROM created_at)::float8             AS created_at,
+       extract(epoch FROM finished_at)::float8            AS finished_at,
+       extract(epoch FROM locked_until)::float8           AS locked_until,
+       left(last_error, 200)                              AS last_error,
+       extract(epoch FROM now())::float8                  AS now
+FROM {schema}.jobs
+WHERE ($1::text IS NULL OR status = $1::text)
+  AND ($2::text IS NULL OR queue = $2::text)
+  AND ($3::text IS NULL OR kind = $3::text)
+  AND ($4::int8 IS NULL OR id < $4::int8)
+ORDER BY id DESC
+LIMIT $5

@@ -1,0 +1,381 @@
+//! Retry, cancel and delete: for one job, and for the jobs a filter selects (after a confirm
+//! page). Each goes through the library's [`Client::retry`](skiplock::Client::retry),
+//! [`Client::cancel`](skiplock::Client::cancel) or [`Client::delete`](skiplock::Client::delete),
+//! which lock and re-check every row, and each is logged with who did it.
+
+use axum::extract::{Form, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
+use serde::Deserialize;
+use skiplock::{AdminReport, JobId};
+use tokio_postgres::types::Type;
+
+use crate::db::{self, Filter};
+use crate::html::{self, esc, int, Count, Nav};
+use crate::jobs::{bad_request, bulk_actions, filter_query, parse_filter, parse_id, title_case};
+use crate::{html_response, App, Viewer};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Retry,
+    Cancel,
+    Delete,
+}
+
+impl Action {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "retry" => Action::Retry,
+            "cancel" => Action::Cancel,
+            "delete" => Action::Delete,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Cancel => "cancel",
+            Action::Delete => "delete",
+        }
+    }
+
+    fn past(self) -> &'static str {
+        match self {
+            Action::Retry => "retried",
+            Action::Cancel => "cancelled",
+            Action::Delete => "deleted",
+        }
+    }
+
+    /// Why the library leaves a job alone (as the command says it).
+    fn why(self) -> &'static str {
+        match self {
+            Action::Retry => "running jobs are left alone",
+            Action::Cancel => "only queued or running jobs can be cancelled",
+            Action::Delete => "running jobs cannot be deleted; cancel them first",
+        }
+    }
+
+    async fn run(self, app: &App, ids: &[JobId]) -> skiplock::Result<AdminReport> {
+        match self {
+            Action::Retry => app.client.retry(ids).await,
+            Action::Cancel => app.client.cancel(ids).await,
+            Action::Delete => app.client.delete(ids).await,
+        }
+    }
+}
+
+fn action_failed(app: &App, v: &Viewer, action: Action, e: &skiplock::Error) -> Response {
+    tracing::warn!(principal = %v.principal, action = action.name(), error = %e, "dashboard action failed");
+    html_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        html::message(
+            &app.frame(v),
+            "Action failed",
+            &format!("Could not {} the jobs: {e}", action.name()),
+        ),
+    )
+}
+
+/// `POST /jobs/{id}/{action}`: then back to the job's page (or to the list after a delete).
+pub(crate) async fn single(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Path((id, action)): Path<(String, String)>,
+) -> Response {
+    let Some(action) = Action::parse(&action) else {
+        return html_response(
+            StatusCode::NOT_FOUND,
+            html::message(&app.frame(&v), "Not found", "There is no such action."),
+        );
+    };
+    let Some(id) = parse_id(&id) else {
+        return bad_request(&app, &v, &format!("{id:?} is not a job id."));
+    };
+    let report = match action.run(&app, &[JobId(id)]).await {
+        Ok(r) => r,
+        Err(e) => return action_failed(&app, &v, action, &e),
+    };
+    let changed = !report.changed.is_empty();
+    tracing::info!(
+        principal = %v.principal,
+        action = action.name(),
+        job = id,
+        changed,
+        "dashboard action"
+    );
+    let to = if action == Action::Delete && changed {
+        format!("{}/jobs?deleted={id}", v.base)
+    } else {
+        format!(
+            "{}/jobs/{id}?done={}&changed={}",
+            v.base,
+            action.name(),
+            u8::from(changed)
+        )
+    };
+    Redirect::to(&to).into_response()
+}
+
+/// The confirm page's query string, and the bulk form's fields.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct BulkQuery {
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    queue: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    /// The newest id when the confirm page was shown (the form only).
+    #[serde(default)]
+    max_id: Option<String>,
+    /// `yes` (the form only).
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+/// The action and filter of a bulk request, checked: a state is required, and the action
+/// must be one that moves jobs out of it.
+fn bulk_request(q: &BulkQuery) -> Result<(Action, Filter), String> {
+    let filter = parse_filter(q.state.as_deref(), q.queue.as_deref(), q.kind.as_deref())?;
+    let action = q
+        .action
+        .as_deref()
+        .and_then(Action::parse)
+        .ok_or("Choose an action: retry, cancel or delete.")?;
+    let Some(state) = filter.state.as_deref() else {
+        return Err("A bulk action needs a state filter.".to_owned());
+    };
+    if !bulk_actions(state).contains(&action.name()) {
+        return Err(format!(
+            "Jobs that are {state} cannot be {} in bulk.",
+            action.past()
+        ));
+    }
+    Ok((action, filter))
+}
+
+fn describe(filter: &Filter) -> String {
+    let mut s = format!(
+        "<b>{}</b> jobs",
+        esc(filter.state.as_deref().unwrap_or("all"))
+    );
+    if let Some(q) = &filter.queue {
+        s.push_str(&format!(" in queue <b>{}</b>", esc(q)));
+    }
+    if let Some(k) = &filter.kind {
+        s.push_str(&format!(" of kind <b>{}</b>", esc(k)));
+    }
+    s
+}
+
+/// `GET /bulk`: what a bulk action would touch, and the form that does it.
+pub(crate) async fn confirm(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Query(q): Query<BulkQuery>,
+) -> Response {
+    let (action, filter) = match bulk_request(&q) {
+        Ok(x) => x,
+        Err(e) => return bad_request(&app, &v, &e),
+    };
+    let cap = app.options.count_limit;
+    let read = async {
+        let mut obj = db::conn(app.client.pool()).await?;
+        let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        let n = db::rows(
+            &tx,
+            &app.sql.job_count,
+            &[
+                (&filter.state, Type::TEXT),
+                (&filter.queue, Type::TEXT),
+                (&filter.kind, Type::TEXT),
+                (&cap, Type::INT8),
+            ],
+        )
+        .await?
+        .first()
+        .map_or(0, |r| r.get::<_, i64>("n"));
+        let latest = db::rows(&tx, &app.sql.job_latest_id, &[])
+            .await?
+            .first()
+            .map_or(0, |r| r.get::<_, i64>("id"));
+        Ok::<_, db::DbError>((n, latest))
+    };
+    let (n, latest) = match read.await {
+        Ok(x) => x,
+        Err(e) => return app.db_error(&v, &e),
+    };
+    let f = app.frame(&v);
+    let count = if n >= cap {
+        Count::AtLeast(n)
+    } else {
+        Count::Exact(n)
+    };
+    let limit = app.options.bulk_limit;
+    let back = format!("{}/jobs{}", esc(&v.base), filter_query(&filter, &[]));
+    let mut body = format!(
+        "<p>{} {} match{}: {}.</p>",
+        count.html(),
+        if n == 1 { "job" } else { "jobs" },
+        if n == 1 { "es" } else { "" },
+        describe(&filter)
+    );
+    if n == 0 {
+        body.push_str(&format!("<p><a href=\"{back}\">Back to the list</a></p>"));
+    } else {
+        if n > limit {
+            body.push_str(&format!(
+                "<p class=\"note\">One run {} at most {} of them, oldest first; run it again for \
+                 the next ones.</p>",
+                action.past(),
+                int(limit)
+            ));
+        }
+        let hidden = |k: &str, val: &Option<String>| match val {
+            Some(val) => format!(
+                "<input type=\"hidden\" name=\"{k}\" value=\"{}\">",
+                esc(val)
+            ),
+            None => String::new(),
+        };
+        body.push_str(&format!(
+            "<form method=\"post\" action=\"{base}/bulk\" class=\"confirm\">\
+             <input type=\"hidden\" name=\"action\" value=\"{a}\">{s}{qq}{k}\
+             <input type=\"hidden\" name=\"max_id\" value=\"{latest}\">\
+             <input type=\"hidden\" name=\"confirm\" value=\"yes\">\
+             <p>Jobs added after this page was shown (id above {latest_s}) are left alone.</p>\
+             <button type=\"submit\" class=\"{a}\" id=\"confirm-bulk\">{label} {what}</button> \
+             <a href=\"{back}\">Cancel</a></form>",
+            base = esc(&v.base),
+            a = action.name(),
+            s = hidden("state", &filter.state),
+            qq = hidden("queue", &filter.queue),
+            k = hidden("kind", &filter.kind),
+            latest_s = int(latest),
+            label = title_case(action.name()),
+            what = if n > limit {
+                format!("the first {}", int(limit))
+            } else {
+                format!("{} {}", int(n), if n == 1 { "job" } else { "jobs" })
+            },
+        ));
+    }
+    html_response(
+        StatusCode::OK,
+        html::page(
+            &f,
+            &format!("{} jobs in bulk", title_case(action.name())),
+            Nav::Jobs,
+            "",
+            &body,
+            false,
+        ),
+    )
+}
+
+/// `POST /bulk`: the confirmed bulk action.
+pub(crate) async fn bulk(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Form(q): Form<BulkQuery>,
+) -> Response {
+    let (action, filter) = match bulk_request(&q) {
+        Ok(x) => x,
+        Err(e) => return bad_request(&app, &v, &e),
+    };
+    if q.confirm.as_deref() != Some("yes") {
+        return bad_request(
+            &app,
+            &v,
+            "A bulk action must be confirmed on its confirm page.",
+        );
+    }
+    let Some(max_id) = q
+        .max_id
+        .as_deref()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+    else {
+        return bad_request(&app, &v, "The confirm page's newest id is missing.");
+    };
+    let limit = app.options.bulk_limit;
+    let read = async {
+        let mut obj = db::conn(app.client.pool()).await?;
+        let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        let rows = db::rows(
+            &tx,
+            &app.sql.job_select_ids,
+            &[
+                (&filter.state, Type::TEXT),
+                (&filter.queue, Type::TEXT),
+                (&filter.kind, Type::TEXT),
+                (&max_id, Type::INT8),
+                (&limit, Type::INT8),
+            ],
+        )
+        .await?;
+        Ok::<_, db::DbError>(rows.iter().map(|r| JobId(r.get("id"))).collect::<Vec<_>>())
+    };
+    let ids = match read.await {
+        Ok(ids) => ids,
+        Err(e) => return app.db_error(&v, &e),
+    };
+    let report = match action.run(&app, &ids).await {
+        Ok(r) => r,
+        Err(e) => return action_failed(&app, &v, action, &e),
+    };
+    tracing::info!(
+        principal = %v.principal,
+        action = action.name(),
+        state = filter.state.as_deref().unwrap_or(""),
+        queue = filter.queue.as_deref().unwrap_or(""),
+        kind = filter.kind.as_deref().unwrap_or(""),
+        max_id,
+        selected = ids.len(),
+        changed = report.changed.len(),
+        unchanged = report.unchanged.len(),
+        "dashboard bulk action"
+    );
+    let f = app.frame(&v);
+    let mut body = format!(
+        "<p class=\"notice ok\">{} {} of {}.</p>",
+        title_case(action.past()),
+        int(report.changed.len() as i64),
+        describe(&filter)
+    );
+    if !report.unchanged.is_empty() {
+        body.push_str(&format!(
+            "<p class=\"notice warn\">{} left alone: they changed state meanwhile ({}).</p>",
+            int(report.unchanged.len() as i64),
+            action.why()
+        ));
+    }
+    let back = format!("{}/jobs{}", esc(&v.base), filter_query(&filter, &[]));
+    if ids.len() as i64 >= limit {
+        let again = format!(
+            "{}/bulk{}",
+            esc(&v.base),
+            filter_query(&filter, &[("action", action.name().to_owned())])
+        );
+        body.push_str(&format!(
+            "<p>More may match: <a href=\"{again}\">{} the next ones…</a></p>",
+            title_case(action.name())
+        ));
+    }
+    body.push_str(&format!("<p><a href=\"{back}\">Back to the list</a></p>"));
+    html_response(
+        StatusCode::OK,
+        html::page(
+            &f,
+            &format!("{} jobs in bulk", title_case(action.name())),
+            Nav::Jobs,
+            "",
+            &body,
+            false,
+        ),
+    )
+}

@@ -1,0 +1,194 @@
+//! The only user of `queries/`: every statement the dashboard sends, rendered once per schema,
+//! and the transaction each page reads in (read only, with a statement timeout).
+//!
+//! Each file in `queries/` is one statement. `{schema}` in a file is replaced by the
+//! validated, quoted schema name ([`skiplock::Schema::quoted`]); full-line `--` comments are
+//! dropped. Parameters are always bound, never spliced. Statements go out unnamed
+//! (`query_typed`), so the dashboard works through PgBouncer in transaction mode.
+
+use std::fmt;
+use std::time::Duration;
+
+use skiplock::reexports::deadpool_postgres::{Object, Pool, PoolError};
+use skiplock::Schema;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{GenericClient, Row, Transaction};
+
+macro_rules! statements {
+    ($($field:ident => $file:literal,)*) => {
+        /// Every statement of `queries/`, rendered for one schema.
+        #[derive(Debug, Clone)]
+        pub(crate) struct Sql {
+            $(pub(crate) $field: String,)*
+        }
+
+        impl Sql {
+            pub(crate) fn new(schema: &Schema) -> Self {
+                Sql {
+                    $($field: render(include_str!(concat!("../queries/", $file)), schema),)*
+                }
+            }
+        }
+
+        /// The files of `queries/` the statements come from.
+        #[cfg(test)]
+        pub(crate) const FILES: &[&str] = &[$($file,)*];
+    };
+}
+
+statements! {
+    set_statement_timeout => "set_statement_timeout.sql",
+    queue_active => "queue_active.sql",
+    queue_finished => "queue_finished.sql",
+    queue_finished_recent => "queue_finished_recent.sql",
+    table_estimate => "table_estimate.sql",
+    job_list_older => "job_list_older.sql",
+    job_list_newer => "job_list_newer.sql",
+    job_count => "job_count.sql",
+    job_latest_id => "job_latest_id.sql",
+    job_get => "job_get.sql",
+    job_select_ids => "job_select_ids.sql",
+    health_table => "health_table.sql",
+    health_blockers => "health_blockers.sql",
+    health_notify => "health_notify.sql",
+}
+
+/// Fills in the schema and drops full-line comments and blank lines.
+fn render(template: &str, schema: &Schema) -> String {
+    template
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            !(t.is_empty() || t.starts_with("--"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("{schema}", schema.quoted())
+}
+
+/// Why a page could not be read or an action not done.
+#[derive(Debug)]
+pub(crate) enum DbError {
+    /// No pooled connection.
+    Pool(PoolError),
+    /// The database refused or failed.
+    Db(tokio_postgres::Error),
+}
+
+impl DbError {
+    /// Whether the statement timeout (or an operator) cancelled the statement.
+    pub(crate) fn is_timeout(&self) -> bool {
+        match self {
+            DbError::Db(e) => e.code() == Some(&SqlState::QUERY_CANCELED),
+            DbError::Pool(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for DbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DbError::Pool(e) => write!(f, "no database connection: {e}"),
+            DbError::Db(e) => match e.as_db_error() {
+                Some(db) => write!(f, "{}: {}", db.severity(), db.message()),
+                None => write!(f, "{e}"),
+            },
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        DbError::Db(e)
+    }
+}
+
+pub(crate) type DbResult<T> = Result<T, DbError>;
+
+/// A pooled connection for one request.
+pub(crate) async fn conn(pool: &Pool) -> DbResult<Object> {
+    pool.get().await.map_err(DbError::Pool)
+}
+
+/// Starts a read-only transaction on `obj` with the statement timeout set for that
+/// transaction only. Dropping it rolls back (it wrote nothing); a pooled connection goes
+/// back with its own settings.
+pub(crate) async fn begin<'c>(
+    obj: &'c mut Object,
+    sql: &Sql,
+    timeout: Duration,
+) -> DbResult<Transaction<'c>> {
+    let pg: &mut tokio_postgres::Client = obj;
+    let tx = pg.build_transaction().read_only(true).start().await?;
+    set_timeout(&tx, sql, timeout).await?;
+    Ok(tx)
+}
+
+async fn set_timeout(tx: &Transaction<'_>, sql: &Sql, timeout: Duration) -> DbResult<()> {
+    let ms = format!("{}ms", timeout.as_millis().max(1));
+    tx.query_typed(&sql.set_statement_timeout, &[(&ms, Type::TEXT)])
+        .await?;
+    Ok(())
+}
+
+/// Runs one statement with its parameters and their types.
+pub(crate) async fn rows(
+    c: &(impl GenericClient + Sync),
+    statement: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> DbResult<Vec<Row>> {
+    Ok(c.query_typed(statement, params).await?)
+}
+
+/// The filters of the job list and of bulk actions (`None`: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Filter {
+    pub(crate) state: Option<String>,
+    pub(crate) queue: Option<String>,
+    pub(crate) kind: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_query_file_is_registered() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/queries");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| f.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let mut known: Vec<String> = FILES.iter().map(|f| (*f).to_owned()).collect();
+        known.sort();
+        assert_eq!(files, known, "queries/ and the statements! list differ");
+    }
+
+    #[test]
+    fn every_statement_is_rendered_with_a_limit_and_the_quoted_schema() {
+        let sql = Sql::new(&Schema::new("My-App").unwrap());
+        let all = [
+            &sql.queue_active,
+            &sql.queue_finished,
+            &sql.queue_finished_recent,
+            &sql.table_estimate,
+            &sql.job_list_older,
+            &sql.job_list_newer,
+            &sql.job_count,
+            &sql.job_latest_id,
+            &sql.job_get,
+            &sql.job_select_ids,
+            &sql.health_table,
+            &sql.health_blockers,
+            &sql.health_notify,
+        ];
+        for s in all {
+            assert!(!s.contains("--") && !s.contains("{schema}"), "{s}");
+            assert!(s.contains("LIMIT"), "every read is bounded: {s}");
+        }
+        assert!(sql.job_get.contains("FROM \"My-App\".jobs"));
+    }
+}

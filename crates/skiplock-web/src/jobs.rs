@@ -1,0 +1,597 @@
+//! The job list (filtered, paginated by id) and the page of one job.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Extension;
+use serde::Deserialize;
+use tokio_postgres::types::Type;
+use tokio_postgres::Row;
+
+use crate::db::{self, Filter};
+use crate::html::{self, esc, int, state_badge, url_value, when, when_full, Count, Frame, Nav};
+use crate::{html_response, App, Viewer};
+
+/// The four states, in the order the filter lists them.
+pub(crate) const STATES: [&str; 4] = ["queued", "running", "done", "failed"];
+
+/// The list's query string. Numbers are taken as text so that a bad one gets a clear page.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ListQuery {
+    #[serde(default)]
+    pub(crate) state: Option<String>,
+    #[serde(default)]
+    pub(crate) queue: Option<String>,
+    #[serde(default)]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    before: Option<String>,
+    #[serde(default)]
+    after: Option<String>,
+    /// Set after a job was deleted from its page.
+    #[serde(default)]
+    deleted: Option<String>,
+}
+
+/// A name as the jobs table allows it: 1 to 128 characters of `[A-Za-z0-9_.-]` (and `:` in
+/// kinds).
+fn valid_name(s: &str, colon: bool) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-') || (colon && b == b':')
+        })
+}
+
+/// The filter of a query string; empty fields mean "any".
+pub(crate) fn parse_filter(
+    state: Option<&str>,
+    queue: Option<&str>,
+    kind: Option<&str>,
+) -> Result<Filter, String> {
+    let some = |s: Option<&str>| {
+        s.map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let f = Filter {
+        state: some(state),
+        queue: some(queue),
+        kind: some(kind),
+    };
+    if let Some(s) = &f.state {
+        if !STATES.contains(&s.as_str()) {
+            return Err(format!(
+                "{s:?} is not a job state (queued, running, done or failed)."
+            ));
+        }
+    }
+    if let Some(q) = &f.queue {
+        if !valid_name(q, false) {
+            return Err(format!(
+                "{q:?} is not a queue name (1 to 128 of A-Z a-z 0-9 _ . -)."
+            ));
+        }
+    }
+    if let Some(k) = &f.kind {
+        if !valid_name(k, true) {
+            return Err(format!(
+                "{k:?} is not a job kind (1 to 128 of A-Z a-z 0-9 _ . : -)."
+            ));
+        }
+    }
+    Ok(f)
+}
+
+/// A job id from the URL: a positive whole number.
+pub(crate) fn parse_id(s: &str) -> Option<i64> {
+    s.trim().parse::<i64>().ok().filter(|n| *n > 0)
+}
+
+/// The query string of a filter (with a leading `?` when not empty), HTML-escaped.
+pub(crate) fn filter_query(f: &Filter, extra: &[(&str, String)]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for (k, v) in [("state", &f.state), ("queue", &f.queue), ("kind", &f.kind)] {
+        if let Some(v) = v {
+            parts.push(format!("{k}={}", url_value(v)));
+        }
+    }
+    for (k, v) in extra {
+        parts.push(format!("{k}={}", url_value(v)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        esc(&format!("?{}", parts.join("&")))
+    }
+}
+
+pub(crate) fn bad_request(app: &App, v: &Viewer, text: &str) -> Response {
+    html_response(
+        StatusCode::BAD_REQUEST,
+        html::message(&app.frame(v), "Bad request", text),
+    )
+}
+
+/// One row of the list.
+struct ListRow {
+    id: i64,
+    queue: String,
+    kind: String,
+    status: String,
+    attempts: i32,
+    max_attempts: i32,
+    run_at: f64,
+    created_at: f64,
+    finished_at: Option<f64>,
+    locked_until: Option<f64>,
+    last_error: Option<String>,
+    now: f64,
+}
+
+impl From<&Row> for ListRow {
+    fn from(r: &Row) -> Self {
+        ListRow {
+            id: r.get("id"),
+            queue: r.get("queue"),
+            kind: r.get("kind"),
+            status: r.get("status"),
+            attempts: r.get("attempts"),
+            max_attempts: r.get("max_attempts"),
+            run_at: r.get("run_at"),
+            created_at: r.get("created_at"),
+            finished_at: r.get("finished_at"),
+            locked_until: r.get("locked_until"),
+            last_error: r.get("last_error"),
+            now: r.get("now"),
+        }
+    }
+}
+
+pub(crate) async fn list(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    let filter = match parse_filter(q.state.as_deref(), q.queue.as_deref(), q.kind.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return bad_request(&app, &v, &e),
+    };
+    let anchor = |s: &Option<String>| -> Result<Option<i64>, String> {
+        match s.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            None => Ok(None),
+            Some(s) => parse_id(s)
+                .map(Some)
+                .ok_or_else(|| format!("{s:?} is not a job id.")),
+        }
+    };
+    let (before, after) = match (anchor(&q.before), anchor(&q.after)) {
+        (Ok(b), Ok(a)) => (b, a),
+        (Err(e), _) | (_, Err(e)) => return bad_request(&app, &v, &e),
+    };
+    let n = app.options.page_size;
+    let fetch = n + 1;
+    let cap = app.options.count_limit;
+    let read = async {
+        let mut obj = db::conn(app.client.pool()).await?;
+        let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        let (state, queue, kind) = (&filter.state, &filter.queue, &filter.kind);
+        let (mut rows, newer_mode) = match (before, after) {
+            (None, Some(a)) => {
+                let rows = db::rows(
+                    &tx,
+                    &app.sql.job_list_newer,
+                    &[
+                        (state, Type::TEXT),
+                        (queue, Type::TEXT),
+                        (kind, Type::TEXT),
+                        (&a, Type::INT8),
+                        (&fetch, Type::INT8),
+                    ],
+                )
+                .await?;
+                (rows, true)
+            }
+            _ => {
+                let rows = db::rows(
+                    &tx,
+                    &app.sql.job_list_older,
+                    &[
+                        (state, Type::TEXT),
+                        (queue, Type::TEXT),
+                        (kind, Type::TEXT),
+                        (&before, Type::INT8),
+                        (&fetch, Type::INT8),
+                    ],
+                )
+                .await?;
+                (rows, false)
+            }
+        };
+        let count = db::rows(
+            &tx,
+            &app.sql.job_count,
+            &[
+                (state, Type::TEXT),
+                (queue, Type::TEXT),
+                (kind, Type::TEXT),
+                (&cap, Type::INT8),
+            ],
+        )
+        .await?
+        .first()
+        .map_or(0, |r| r.get::<_, i64>("n"));
+        let more = rows.len() as i64 > n;
+        rows.truncate(n as usize);
+        let mut rows: Vec<ListRow> = rows.iter().map(ListRow::from).collect();
+        let (has_newer, has_older) = if newer_mode {
+            rows.reverse();
+            (more, true)
+        } else {
+            (before.is_some(), more)
+        };
+        let count = if count >= cap {
+            Count::AtLeast(count)
+        } else {
+            Count::Exact(count)
+        };
+        Ok::<_, db::DbError>((rows, count, has_newer, has_older))
+    };
+    match read.await {
+        Ok((rows, count, has_newer, has_older)) => {
+            let f = app.frame(&v);
+            let top = filter_form(&f, &filter);
+            let mut body = String::new();
+            if let Some(id) = q.deleted.as_deref().and_then(parse_id) {
+                body.push_str(&format!(
+                    "<p class=\"notice ok\">Job {} was deleted.</p>",
+                    int(id)
+                ));
+            }
+            body.push_str(&list_body(&f, &filter, &rows, count, has_newer, has_older));
+            if v.full {
+                body.push_str(&bulk_bar(&f, &filter, count));
+            }
+            html_response(
+                StatusCode::OK,
+                html::page(&f, "Jobs", Nav::Jobs, &top, &body, true),
+            )
+        }
+        Err(e) => app.db_error(&v, &e),
+    }
+}
+
+fn filter_form(f: &Frame<'_>, filter: &Filter) -> String {
+    let mut opts = String::from("<option value=\"\">any state</option>");
+    for s in STATES {
+        let sel = if filter.state.as_deref() == Some(s) {
+            " selected"
+        } else {
+            ""
+        };
+        opts.push_str(&format!("<option value=\"{s}\"{sel}>{s}</option>"));
+    }
+    let val = |o: &Option<String>| esc(o.as_deref().unwrap_or(""));
+    format!(
+        "<form class=\"filters\" method=\"get\" action=\"{base}/jobs\">\
+         <label>State <select name=\"state\">{opts}</select></label>\
+         <label>Queue <input name=\"queue\" value=\"{q}\" placeholder=\"any\" size=\"14\"></label>\
+         <label>Kind <input name=\"kind\" value=\"{k}\" placeholder=\"any\" size=\"14\"></label>\
+         <button type=\"submit\">Filter</button> <a href=\"{base}/jobs\">Clear</a></form>",
+        base = esc(f.base),
+        q = val(&filter.queue),
+        k = val(&filter.kind),
+    )
+}
+
+fn list_body(
+    f: &Frame<'_>,
+    filter: &Filter,
+    rows: &[ListRow],
+    count: Count,
+    has_newer: bool,
+    has_older: bool,
+) -> String {
+    let base = esc(f.base);
+    let mut s = format!(
+        "<p class=\"summary\">{} matching job{}, newest first.</p>",
+        count.html(),
+        if count.value() == 1 { "" } else { "s" }
+    );
+    if rows.is_empty() {
+        s.push_str("<p class=\"empty\">No jobs here.</p>");
+    } else {
+        s.push_str(
+            "<table class=\"grid jobs\"><thead><tr><th>ID</th><th>State</th><th>Queue</th>\
+             <th>Kind</th><th>Attempts</th><th>Run at</th><th>Created</th><th>Finished</th>\
+             <th>Last error</th></tr></thead><tbody>",
+        );
+        for r in rows {
+            let lease = match (r.status.as_str(), r.locked_until) {
+                ("running", Some(t)) => format!(
+                    "<div class=\"muted small\">lease {}</div>",
+                    when(Some(t), r.now)
+                ),
+                _ => String::new(),
+            };
+            let err = r.last_error.as_deref().unwrap_or("");
+            s.push_str(&format!(
+                "<tr><td><a href=\"{base}/jobs/{id}\">{id}</a></td><td>{state}{lease}</td>\
+                 <td>{queue}</td><td>{kind}</td><td class=\"n\">{a} / {m}</td><td>{run}</td>\
+                 <td>{created}</td><td>{fin}</td><td class=\"err\" title=\"{errt}\">{err}</td></tr>",
+                id = r.id,
+                state = state_badge(&r.status),
+                queue = esc(&r.queue),
+                kind = esc(&r.kind),
+                a = r.attempts,
+                m = r.max_attempts,
+                run = when(Some(r.run_at), r.now),
+                created = when(Some(r.created_at), r.now),
+                fin = when(r.finished_at, r.now),
+                errt = esc(err),
+                err = esc(&truncate(err, 80)),
+            ));
+        }
+        s.push_str("</tbody></table>");
+    }
+    let mut pager = Vec::new();
+    if has_newer {
+        pager.push(format!(
+            "<a href=\"{base}/jobs{}\">« Newest</a>",
+            filter_query(filter, &[])
+        ));
+        if let Some(first) = rows.first() {
+            pager.push(format!(
+                "<a href=\"{base}/jobs{}\" rel=\"prev\">‹ Newer</a>",
+                filter_query(filter, &[("after", first.id.to_string())])
+            ));
+        }
+    }
+    if has_older {
+        if let Some(last) = rows.last() {
+            pager.push(format!(
+                "<a href=\"{base}/jobs{}\" rel=\"next\">Older ›</a>",
+                filter_query(filter, &[("before", last.id.to_string())])
+            ));
+        }
+    }
+    if !pager.is_empty() {
+        s.push_str(&format!("<nav class=\"pager\">{}</nav>", pager.join(" ")));
+    }
+    s
+}
+
+/// The bulk actions a state allows: each moves jobs out of that state, so that running it
+/// again takes the next ones.
+pub(crate) fn bulk_actions(state: &str) -> &'static [&'static str] {
+    match state {
+        "queued" => &["cancel", "delete"],
+        "running" => &["cancel"],
+        "done" | "failed" => &["retry", "delete"],
+        _ => &[],
+    }
+}
+
+fn bulk_bar(f: &Frame<'_>, filter: &Filter, count: Count) -> String {
+    let Some(state) = filter.state.as_deref() else {
+        return "<p class=\"note\">Choose a state to act on all the jobs a filter selects.</p>"
+            .to_owned();
+    };
+    if count.value() == 0 {
+        return String::new();
+    }
+    let links: Vec<String> = bulk_actions(state)
+        .iter()
+        .map(|a| {
+            format!(
+                "<a class=\"button {a}\" href=\"{}/bulk{}\">{} all…</a>",
+                esc(f.base),
+                filter_query(filter, &[("action", (*a).to_owned())]),
+                title_case(a)
+            )
+        })
+        .collect();
+    format!(
+        "<div class=\"bulk\"><span>Every job this filter selects:</span> {}</div>",
+        links.join(" ")
+    )
+}
+
+pub(crate) fn title_case(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(n).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// The query string of a job page after an action.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ShowQuery {
+    #[serde(default)]
+    done: Option<String>,
+    #[serde(default)]
+    changed: Option<String>,
+}
+
+pub(crate) async fn show(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Path(id): Path<String>,
+    Query(q): Query<ShowQuery>,
+) -> Response {
+    let Some(id) = parse_id(&id) else {
+        return bad_request(&app, &v, &format!("{id:?} is not a job id."));
+    };
+    let chars = app.options.payload_chars;
+    let read = async {
+        let mut obj = db::conn(app.client.pool()).await?;
+        let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        db::rows(
+            &tx,
+            &app.sql.job_get,
+            &[(&id, Type::INT8), (&chars, Type::INT4)],
+        )
+        .await
+    };
+    let f = app.frame(&v);
+    match read.await {
+        Ok(rows) => match rows.first() {
+            Some(r) => html_response(
+                StatusCode::OK,
+                html::page(
+                    &f,
+                    &format!("Job {id}"),
+                    Nav::Jobs,
+                    "",
+                    &job_body(&f, v.full, r, &q, chars),
+                    true,
+                ),
+            ),
+            None => html_response(
+                StatusCode::NOT_FOUND,
+                html::message(&f, "Not found", &format!("There is no job {id}.")),
+            ),
+        },
+        Err(e) => app.db_error(&v, &e),
+    }
+}
+
+/// What an action did, for the notice on the job's page.
+fn notice(q: &ShowQuery, status: &str) -> String {
+    let (Some(action), Some(changed)) = (q.done.as_deref(), q.changed.as_deref()) else {
+        return String::new();
+    };
+    let text = match (action, changed == "1") {
+        ("retry", true) => "Retried: the job is queued again.".to_owned(),
+        ("cancel", true) => "Cancelled: the job is failed, 'cancelled'.".to_owned(),
+        ("retry", false) => format!("Not retried ({status}): running jobs are left alone."),
+        ("cancel", false) => {
+            format!("Not cancelled ({status}): only queued or running jobs can be cancelled.")
+        }
+        ("delete", false) => {
+            format!("Not deleted ({status}): running jobs cannot be deleted; cancel them first.")
+        }
+        _ => return String::new(),
+    };
+    let class = if changed == "1" { "ok" } else { "warn" };
+    format!("<p class=\"notice {class}\">{}</p>", esc(&text))
+}
+
+fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> String {
+    let base = esc(f.base);
+    let id: i64 = r.get("id");
+    let status: String = r.get("status");
+    let now: f64 = r.get("now");
+    let queue: String = r.get("queue");
+    let kind: String = r.get("kind");
+    let attempts: i32 = r.get("attempts");
+    let max_attempts: i32 = r.get("max_attempts");
+    let locked_until: Option<f64> = r.get("locked_until");
+    let last_error: Option<String> = r.get("last_error");
+    let payload: String = r.get("payload");
+    let payload_bytes: i64 = r.get("payload_bytes");
+    let mut s = notice(q, &status);
+    let lease = match (status.as_str(), locked_until) {
+        ("running", Some(t)) if t < now => {
+            format!(
+                "{} <span class=\"tag warn\">expired: the reaper will take it back</span>",
+                when_full(Some(t), now)
+            )
+        }
+        (_, t) => when_full(t, now),
+    };
+    let rows: [(&str, String); 11] = [
+        ("State", state_badge(&status)),
+        (
+            "Queue",
+            format!(
+                "<a href=\"{base}/jobs?queue={}\">{}</a>",
+                url_value(&queue),
+                esc(&queue)
+            ),
+        ),
+        (
+            "Kind",
+            format!(
+                "<a href=\"{base}/jobs?kind={}\">{}</a>",
+                url_value(&kind),
+                esc(&kind)
+            ),
+        ),
+        ("Priority", r.get::<_, i16>("priority").to_string()),
+        ("Attempts", format!("{attempts} of {max_attempts}")),
+        ("Run at", when_full(Some(r.get("run_at")), now)),
+        ("Created", when_full(Some(r.get("created_at")), now)),
+        ("Finished", when_full(r.get("finished_at"), now)),
+        ("Lease (locked until)", lease),
+        ("Payload size", html::bytes(payload_bytes)),
+        (
+            "Last error",
+            match &last_error {
+                Some(e) => format!("<pre class=\"error\">{}</pre>", esc(e)),
+                None => "<span class=\"muted\">-</span>".to_owned(),
+            },
+        ),
+    ];
+    s.push_str("<div class=\"cols\"><table class=\"kv\"><tbody>");
+    for (k, val) in rows {
+        s.push_str(&format!("<tr><th>{k}</th><td>{val}</td></tr>"));
+    }
+    s.push_str("</tbody></table><div class=\"side\">");
+    s.push_str(&actions(f, full, id, &status));
+    s.push_str("</div></div><h2>Payload</h2>");
+    let cut = payload.chars().count() >= chars as usize;
+    s.push_str(&format!("<pre class=\"payload\">{}</pre>", esc(&payload)));
+    if cut {
+        s.push_str(&format!(
+            "<p class=\"note\">Only the first {} characters are shown.</p>",
+            int(i64::from(chars))
+        ));
+    }
+    s
+}
+
+fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str) -> String {
+    if !full {
+        return "<p class=\"note\">Read-only access: no actions.</p>".to_owned();
+    }
+    let base = esc(f.base);
+    let mut s = String::from("<h2>Actions</h2><div class=\"actions\">");
+    let form = |action: &str, label: &str, confirm: Option<&str>| {
+        let c = confirm
+            .map(|m| format!(" data-confirm=\"{}\"", esc(m)))
+            .unwrap_or_default();
+        format!(
+            "<form method=\"post\" action=\"{base}/jobs/{id}/{action}\"{c}>\
+             <button type=\"submit\" class=\"{action}\" id=\"action-{action}\">{label}</button></form>"
+        )
+    };
+    if status != "running" {
+        s.push_str(&form("retry", "Retry now", None));
+    }
+    if status == "queued" || status == "running" {
+        s.push_str(&form("cancel", "Cancel", None));
+    }
+    if status != "running" {
+        s.push_str(&form(
+            "delete",
+            "Delete",
+            Some(&format!("Delete job {id}? This cannot be undone.")),
+        ));
+    }
+    if status == "running" {
+        s.push_str("<p class=\"note\">A running job can be cancelled; it keeps its lease until its worker stops.</p>");
+    }
+    s.push_str("</div>");
+    s
+}

@@ -1,0 +1,307 @@
+//! The dashboard in a real headless browser (Chromium through chromedriver): every page
+//! loads, the buttons change the database, the page polls while visible and stops while
+//! hidden. Screenshots of each page go to `target/web-screenshots/`.
+//!
+//! Without `chromium` and `chromedriver` on the PATH the test says so loudly and passes,
+//! unless `SKIPLOCK_REQUIRE_BROWSER=1` (CI sets it).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use axum::extract::Request;
+use fantoccini::{Client as Browser, ClientBuilder, Locator};
+
+use crate::support::{setup, Bundle};
+
+/// Set to `1` to fail, instead of skip, when no browser is installed.
+const REQUIRE_ENV: &str = "SKIPLOCK_REQUIRE_BROWSER";
+
+fn which(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for n in names {
+            let p = dir.join(n);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+pub fn screenshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .unwrap_or(Path::new(env!("CARGO_TARGET_TMPDIR")))
+        .join("web-screenshots")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_headless_browser() {
+    let (Some(driver), Some(chromium)) = (
+        which(&["chromedriver"]),
+        which(&["chromium", "chromium-browser", "google-chrome"]),
+    ) else {
+        let msg = "the browser test needs `chromium` and `chromedriver` on the PATH \
+                   (Debian: apt-get install chromium chromium-driver)";
+        if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
+            panic!("{msg}; {REQUIRE_ENV}=1 makes this a failure");
+        }
+        eprintln!("\n!!!!!!!!!! SKIPPED: {msg} !!!!!!!!!!\n");
+        return;
+    };
+
+    let b = setup().await;
+    let failed = b.add("mail", "send_email", "failed").await;
+    let queued = b.add("mail", "send_email", "queued").await;
+    let done = b.add("reports", "build:pdf", "done").await;
+    b.add_many(3, "reports", "build:pdf", "failed").await;
+    b.add_many(40, "mail", "send_email", "done").await;
+    b.add_many(5, "mail", "send_email", "queued").await;
+    b.add("mail", "send_email", "running").await;
+    b.add_many(12, "webhooks", "deliver", "queued").await;
+    b.add_many(120, "webhooks", "deliver", "done").await;
+
+    // Count the refresh script's requests.
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counter = polls.clone();
+    let app = b
+        .router()
+        .layer(axum::middleware::map_request(move |req: Request| {
+            let counter = counter.clone();
+            async move {
+                if req.headers().contains_key("x-skiplock-refresh") {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                req
+            }
+        }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut chromedriver = tokio::process::Command::new(&driver)
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start chromedriver");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let profile = std::env::temp_dir().join(format!("skiplock-web-chrome-{}", std::process::id()));
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        serde_json::json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--hide-scrollbars", "--window-size=1280,800",
+                     format!("--user-data-dir={}", profile.display())],
+        }),
+    );
+    let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a chromedriver session");
+
+    let outcome = drive(&browser, &b, &base, &polls, failed, queued, done).await;
+    let _ = browser.close().await;
+    let _ = chromedriver.kill().await;
+    server.abort();
+    let _ = std::fs::remove_dir_all(&profile);
+    if let Err(e) = outcome {
+        panic!("{e:#}");
+    }
+}
+
+async fn drive(
+    browser: &Browser,
+    b: &Bundle,
+    base: &str,
+    polls: &AtomicUsize,
+    failed: i64,
+    queued: i64,
+    done: i64,
+) -> anyhow::Result<()> {
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir)?;
+    browser.set_window_size(1280, 800).await?;
+
+    // Every page loads, with its title and the nav bar.
+    for (name, path, title) in [
+        ("queues", "/".to_owned(), "Queues"),
+        ("jobs", "/jobs".to_owned(), "Jobs"),
+        ("jobs-failed", "/jobs?state=failed".to_owned(), "Jobs"),
+        ("job", format!("/jobs/{failed}"), &*format!("Job {failed}")),
+        ("health", "/health".to_owned(), "Database health"),
+        (
+            "bulk-confirm",
+            "/bulk?action=retry&state=failed&queue=reports".to_owned(),
+            "Retry jobs in bulk",
+        ),
+    ] {
+        browser.goto(&format!("{base}{path}")).await?;
+        let h1 = browser
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css("main h1"))
+            .await?;
+        let text = h1.text().await?;
+        if text != title {
+            bail!("{path}: the title is {text:?}, not {title:?}");
+        }
+        browser.find(Locator::Css("header.bar nav")).await?;
+        std::fs::write(dir.join(format!("{name}.png")), browser.screenshot().await?)?;
+    }
+
+    // The queues page polls while visible...
+    browser.goto(&format!("{base}/")).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = browser
+            .find(Locator::Id("refresh-status"))
+            .await?
+            .text()
+            .await?;
+        if status.starts_with("updated") {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the page did not refresh itself (status {status:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // ...and stops while the tab is hidden.
+    browser
+        .execute(
+            "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});\
+             document.dispatchEvent(new Event('visibilitychange'));",
+            vec![],
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = polls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(5_000)).await;
+    let hidden = polls.load(Ordering::SeqCst) - before;
+    if hidden != 0 {
+        bail!("{hidden} refreshes while the tab was hidden");
+    }
+    browser
+        .execute(
+            "Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'visible'});\
+             document.dispatchEvent(new Event('visibilitychange'));",
+            vec![],
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    if polls.load(Ordering::SeqCst) == before {
+        bail!("no refresh after the tab became visible again");
+    }
+
+    // Retry a failed job with its button.
+    browser.goto(&format!("{base}/jobs/{failed}")).await?;
+    click(browser, "action-retry").await?;
+    let notice = wait_text(browser, ".notice").await?;
+    if !notice.contains("Retried") {
+        bail!("after retry: {notice:?}");
+    }
+    std::fs::write(dir.join("job-retried.png"), browser.screenshot().await?)?;
+    expect_status(b, failed, Some("queued")).await?;
+
+    // Cancel a queued one.
+    browser.goto(&format!("{base}/jobs/{queued}")).await?;
+    click(browser, "action-cancel").await?;
+    wait_text(browser, ".notice").await?;
+    expect_status(b, queued, Some("failed")).await?;
+
+    // Delete a done one: the page asks first.
+    browser.goto(&format!("{base}/jobs/{done}")).await?;
+    click(browser, "action-delete").await?;
+    let question = browser.get_alert_text().await?;
+    if !question.contains("cannot be undone") {
+        bail!("the delete question was {question:?}");
+    }
+    browser.accept_alert().await?;
+    let notice = wait_text(browser, ".notice").await?;
+    if !notice.contains("was deleted") {
+        bail!("after delete: {notice:?}");
+    }
+    expect_status(b, done, None).await?;
+
+    // Retry every failed job of a queue, through the confirm page.
+    browser
+        .goto(&format!("{base}/jobs?state=failed&queue=reports"))
+        .await?;
+    browser
+        .find(Locator::Css("a.button.retry"))
+        .await?
+        .click()
+        .await?;
+    click(browser, "confirm-bulk").await?;
+    let notice = wait_text(browser, ".notice").await?;
+    if !notice.contains("Retried 3 of") {
+        bail!("after the bulk retry: {notice:?}");
+    }
+    std::fs::write(dir.join("bulk-done.png"), browser.screenshot().await?)?;
+    let left: i64 = b
+        .raw
+        .query_one(
+            "SELECT count(*) FROM jobs WHERE queue = 'reports' AND status = 'failed'",
+            &[],
+        )
+        .await?
+        .get(0);
+    if left != 0 {
+        bail!("{left} failed jobs left in reports after the bulk retry");
+    }
+    Ok(())
+}
+
+/// Clicks the button with this id (found again if a refresh replaced it meanwhile).
+async fn click(browser: &Browser, id: &str) -> anyhow::Result<()> {
+    let mut last = None;
+    for _ in 0..5 {
+        match browser.find(Locator::Id(id)).await {
+            Ok(e) => match e.click().await {
+                Ok(()) => return Ok(()),
+                Err(err) => last = Some(anyhow!(err)),
+            },
+            Err(err) => last = Some(anyhow!(err)),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(last.unwrap_or_else(|| anyhow!("no #{id}"))).with_context(|| format!("click #{id}"))
+}
+
+async fn wait_text(browser: &Browser, css: &str) -> anyhow::Result<String> {
+    let e = browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .with_context(|| format!("wait for {css}"))?;
+    Ok(e.text().await?)
+}
+
+async fn expect_status(b: &Bundle, id: i64, want: Option<&str>) -> anyhow::Result<()> {
+    let got = b.status(id).await;
+    if got.as_deref() != want {
+        bail!("job {id} is {got:?}, expected {want:?}");
+    }
+    Ok(())
+}
