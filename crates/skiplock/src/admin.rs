@@ -40,14 +40,33 @@ impl Client {
     /// Makes queued, done or failed jobs ready to run now. `attempts` is kept (it fences
     /// stale workers); `max_attempts` is raised if needed so that each gets another attempt.
     /// Running jobs are left alone.
+    ///
+    /// A done or failed job with a unique key ([`Unique`](crate::Unique)) whose key another
+    /// active job holds (or another job of `ids` with the same key) is not made a second
+    /// active job with it: the call fails with [`Error::UniqueConflict`], naming both, and
+    /// retries nothing.
     pub async fn retry(&self, ids: &[JobId]) -> Result<AdminReport> {
         let conn = self.conn(Action::Retry.op()).await?;
-        self.retry_tx(&**conn, ids).await
+        let mut tries = 0;
+        loop {
+            match self.retry_tx(&**conn, ids).await {
+                // A duplicate committed between the statement's snapshot and its update:
+                // the next run sees it and names it.
+                Err(Error::Database { source, .. })
+                    if tries < 3 && db::unique::is_unique_clash(&source) =>
+                {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// [`Client::retry`] through the caller's connection or transaction: through a
     /// transaction, the jobs become ready (and their wake-up is sent) only if and when it
-    /// commits.
+    /// commits. A duplicate of a unique key is refused as by [`Client::retry`]; if one is
+    /// enqueued concurrently and commits while this runs, the database refuses the update
+    /// ([`Error::Database`] with SQLSTATE 23505) and the caller's transaction is aborted.
     pub async fn retry_tx<'c>(
         &self,
         conn: impl Executor<'c>,
@@ -106,20 +125,24 @@ impl Client {
             Action::Cancel => &sql.cancel,
             Action::Delete => &sql.delete,
         };
+        let retry = matches!(action, Action::Retry);
         // The ids changed, and the states of the others (read in the same connection, so
         // that a transaction sees its own changes).
-        let (changed, states) = match conn {
-            Conn::TokioClient(c) => tokio_admin(c, sql, statement, &raw)
+        let (changed, states, clashes) = match conn {
+            Conn::TokioClient(c) => tokio_admin(c, sql, statement, retry, &raw)
                 .await
                 .map_err(Error::db(op))?,
-            Conn::TokioTx(t) => tokio_admin(t, sql, statement, &raw)
+            Conn::TokioTx(t) => tokio_admin(t, sql, statement, retry, &raw)
                 .await
                 .map_err(Error::db(op))?,
             #[cfg(feature = "sqlx-0_8")]
-            Conn::Sqlx(c) => sqlx_admin(c, sql, statement, &raw)
+            Conn::Sqlx(c) => sqlx_admin(c, sql, statement, retry, &raw)
                 .await
                 .map_err(|source| Error::Sqlx { op, source })?,
         };
+        if let Some(&(id, duplicate)) = clashes.first() {
+            return Err(Error::UniqueConflict { id, duplicate });
+        }
         let unchanged = raw
             .into_iter()
             .filter(|id| changed.binary_search(&JobId(*id)).is_err())
@@ -132,7 +155,9 @@ impl Client {
     }
 }
 
-type Changes = (Vec<JobId>, Vec<(JobId, JobState)>);
+/// The ids changed, the states of the others, and (a retry that moved nothing) the jobs
+/// that would have duplicated an active job's unique key.
+type Changes = (Vec<JobId>, Vec<(JobId, JobState)>, Vec<(JobId, JobId)>);
 
 /// The ids of `raw` not in `changed` (sorted here).
 fn rest(raw: &[i64], changed: &mut [JobId]) -> Vec<i64> {
@@ -147,16 +172,24 @@ async fn tokio_admin<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     statement: &str,
+    retry: bool,
     raw: &[i64],
 ) -> std::result::Result<Changes, tokio_postgres::Error> {
-    let mut changed = db::job::admin(c, statement, raw).await?;
+    let (mut changed, clashes) = if retry {
+        db::unique::retry(c, sql, raw).await?
+    } else {
+        (db::job::admin(c, statement, raw).await?, Vec::new())
+    };
+    if !clashes.is_empty() {
+        return Ok((Vec::new(), Vec::new(), clashes));
+    }
     let rest = rest(raw, &mut changed);
     let states = if rest.is_empty() {
         Vec::new()
     } else {
         db::job::states(c, sql, &rest).await?
     };
-    Ok((changed, states))
+    Ok((changed, states, clashes))
 }
 
 #[cfg(feature = "sqlx-0_8")]
@@ -164,14 +197,22 @@ async fn sqlx_admin(
     c: &mut sqlx::PgConnection,
     sql: &Sql,
     statement: &str,
+    retry: bool,
     raw: &[i64],
 ) -> std::result::Result<Changes, sqlx::Error> {
-    let mut changed = db::sqlx::admin(c, statement, raw).await?;
+    let (mut changed, clashes) = if retry {
+        db::unique::retry_sqlx(c, sql, raw).await?
+    } else {
+        (db::sqlx::admin(c, statement, raw).await?, Vec::new())
+    };
+    if !clashes.is_empty() {
+        return Ok((Vec::new(), Vec::new(), clashes));
+    }
     let rest = rest(raw, &mut changed);
     let states = if rest.is_empty() {
         Vec::new()
     } else {
         db::sqlx::states(c, sql, &rest).await?
     };
-    Ok((changed, states))
+    Ok((changed, states, clashes))
 }
