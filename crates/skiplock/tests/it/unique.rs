@@ -596,3 +596,101 @@ async fn enqueue_unique_in_sql_reports_inserted_or_duplicate() {
         .get(0);
     assert!(plain > id);
 }
+
+/// The unique statements, and the operator's retry over jobs with keys, cost time linear in
+/// their batch, with the statistics of `plans.rs` (taken while every job was queued).
+#[tokio::test]
+async fn unique_statements_stay_linear_with_stale_statistics() {
+    use crate::plans::{assert_linear, stale_statistics, N};
+    let (mut b, ids, _) = stale_statistics().await;
+    let texts = |p: &str| (0..N).map(|i| format!("{p}{i}")).collect::<Vec<String>>();
+    let queue = vec!["default".to_owned(); N];
+    let kind = vec!["k".to_owned(); N];
+    let payload = (0..N).map(|i| format!("{{\"n\":{i}}}")).collect::<Vec<_>>();
+    let priority = vec![0i16; N];
+    let max_attempts = vec![5i32; N];
+    let run_at: Vec<Option<i64>> = vec![None; N];
+    let delay = vec![0i64; N];
+    let by = vec!["key".to_owned(); N];
+    let fields: Vec<Option<String>> = vec![None; N];
+    let keys: Vec<Option<String>> = texts("key-").into_iter().map(Some).collect();
+    let flags = vec![false; N];
+    let periods = vec![0i64; N];
+    let insert = b.client.statement(Statement::InsertUnique).to_owned();
+    for batch in [1_000, N] {
+        let c = |v: &Vec<_>| v[..batch].to_vec();
+        let (q, k, p, pr, ma, ra, d) = (
+            c(&queue),
+            c(&kind),
+            c(&payload),
+            priority[..batch].to_vec(),
+            max_attempts[..batch].to_vec(),
+            run_at[..batch].to_vec(),
+            delay[..batch].to_vec(),
+        );
+        let (by, f, ks, bq, per, qo) = (
+            by[..batch].to_vec(),
+            fields[..batch].to_vec(),
+            keys[..batch].to_vec(),
+            flags[..batch].to_vec(),
+            periods[..batch].to_vec(),
+            flags[..batch].to_vec(),
+        );
+        assert_linear(
+            &mut b,
+            "job_insert_unique.sql",
+            &insert,
+            &[&q, &k, &p, &pr, &ma, &ra, &d, &by, &f, &ks, &bq, &per, &qo],
+            batch,
+        )
+        .await;
+    }
+    // Queued jobs holding N keys, for the replacement and the look-up.
+    let jobs: Vec<NewJob> = (0..N)
+        .map(|i| NewJob::new("k", &i).unique(Unique::key(format!("key-{i}"))))
+        .collect();
+    b.client.enqueue_many_unique(&jobs).await.unwrap();
+    let stored: Vec<String> = b
+        .raw
+        .query(
+            "SELECT unique_key FROM jobs WHERE unique_key IS NOT NULL ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stored.len(), N);
+    let replace = b.client.statement(Statement::UniqueReplace).to_owned();
+    let lookup = b.client.statement(Statement::UniqueLookup).to_owned();
+    for batch in [1_000, N] {
+        let ks = stored[..batch].to_vec();
+        let p = payload[..batch].to_vec();
+        let ra = run_at[..batch].to_vec();
+        let d = delay[..batch].to_vec();
+        let rr = vec![true; batch];
+        assert_linear(
+            &mut b,
+            "job_unique_replace.sql",
+            &replace,
+            &[&ks, &p, &ra, &d, &rr],
+            batch,
+        )
+        .await;
+        assert_linear(&mut b, "job_unique_lookup.sql", &lookup, &[&ks], batch).await;
+    }
+    // The operator's retry over finished jobs with keys (each probes the unique index).
+    b.raw
+        .batch_execute(
+            "UPDATE jobs SET status = 'failed', finished_at = now(), locked_until = NULL, \
+             unique_key = coalesce(unique_key, 'old-' || id)",
+        )
+        .await
+        .unwrap();
+    let retry = b.client.statement(Statement::Retry).to_owned();
+    for batch in [1_000, N] {
+        let ids = ids[..batch].to_vec();
+        assert_linear(&mut b, "job_retry.sql with keys", &retry, &[&ids], batch).await;
+    }
+}
