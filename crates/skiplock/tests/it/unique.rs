@@ -694,3 +694,48 @@ async fn unique_statements_stay_linear_with_stale_statistics() {
         assert_linear(&mut b, "job_retry.sql with keys", &retry, &[&ids], batch).await;
     }
 }
+
+/// The unique enqueue and the keyed retry through an sqlx transaction.
+#[cfg(feature = "sqlx-0_8")]
+#[tokio::test]
+async fn through_an_sqlx_transaction() {
+    let b = setup().await;
+    let pool = sqlx::PgPool::connect(b.db.url()).await.unwrap();
+    let rule = || Unique::key("k").on_conflict(OnConflict::Replace);
+    let mut tx = pool.begin().await.unwrap();
+    let first = b
+        .client
+        .enqueue_unique_tx(&mut *tx, &job(json!({ "v": 1 }), rule()))
+        .await
+        .unwrap();
+    let batch = b
+        .client
+        .enqueue_many_unique_tx(
+            &mut *tx,
+            &[job(json!({ "v": 2 }), rule()), NewJob::new("plain", &1)],
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(first.is_inserted());
+    assert_eq!(batch[0], Enqueued::Duplicate(first.id()));
+    assert!(batch[1].is_inserted());
+    assert_eq!(payload(&b, first.id()).await, json!({ "v": 2 }));
+
+    b.client.cancel(&[first.id()]).await.unwrap();
+    let second = b
+        .client
+        .enqueue_unique(&job(json!({ "v": 3 }), rule()))
+        .await
+        .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let e = b
+        .client
+        .retry_tx(&mut *conn, &[first.id()])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::UniqueConflict { id, duplicate } if id == first.id() && duplicate == second.id()),
+        "{e:?}"
+    );
+}
