@@ -1,11 +1,13 @@
 //! `skiplock enqueue`: one job from the argument, or one job per JSON line of standard
-//! input, enqueued in batches inside one transaction (all or nothing).
+//! input, enqueued in batches inside one transaction (all or nothing). With a uniqueness
+//! rule (`--unique-key`, `--unique-by-args` or `--unique-fields`), each job is reported as
+//! inserted or as the duplicate of an active job.
 
 use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use skiplock::{Error, NewJob};
+use skiplock::{Enqueued, Error, NewJob, OnConflict, Unique};
 
 use crate::connect::Target;
 use crate::errors::{schema_hint, usage};
@@ -35,11 +37,43 @@ pub struct Args {
     /// Attempts before the job is failed for good (1 to 10,000).
     #[arg(long, default_value_t = skiplock::DEFAULT_MAX_ATTEMPTS, allow_negative_numbers = true)]
     max_attempts: i32,
-    /// Print the ids as JSON.
+    /// Print the ids as JSON (with a uniqueness rule: one line per job, saying whether it
+    /// was inserted or was a duplicate, and the id).
     #[arg(long)]
     json: bool,
+    /// Unique by this key (with the kind): no second active job of the kind with the key.
+    #[arg(long, group = "unique_by")]
+    unique_key: Option<String>,
+    /// Unique by the whole payload (with the kind).
+    #[arg(long, group = "unique_by")]
+    unique_by_args: bool,
+    /// Unique by these top-level payload fields, comma-separated (with the kind).
+    #[arg(long, group = "unique_by", value_delimiter = ',')]
+    unique_fields: Option<Vec<String>>,
+    /// The queue is part of the uniqueness key.
+    #[arg(long, requires = "unique_by")]
+    unique_by_queue: bool,
+    /// The uniqueness key includes this time bucket (e.g. 1h: once per hour, by the
+    /// database's clock).
+    #[arg(long, value_parser = parse_duration, requires = "unique_by")]
+    unique_period: Option<Duration>,
+    /// What a duplicate does: skip (leave the active job), replace (a queued duplicate takes
+    /// this payload and run_at) or keep-run-at (it takes this payload, keeps its run_at).
+    #[arg(long, value_enum, default_value = "skip", requires = "unique_by")]
+    on_conflict: Conflict,
+    /// A running duplicate does not block: the job queues behind it.
+    #[arg(long, requires = "unique_by")]
+    queue_behind_running: bool,
     /// The payload (JSON). Without it, each line of standard input is one job's payload.
     payload: Option<String>,
+}
+
+/// `--on-conflict`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Conflict {
+    Skip,
+    Replace,
+    KeepRunAt,
 }
 
 fn parse_rfc3339(s: &str) -> Result<SystemTime, String> {
@@ -59,8 +93,59 @@ impl Args {
         if let Some(t) = self.run_at {
             job = job.run_at(t);
         }
+        if let Some(rule) = self.rule() {
+            job = job.unique(rule);
+        }
         job
     }
+
+    /// The uniqueness rule the flags give, if any.
+    fn rule(&self) -> Option<Unique> {
+        let mut rule = if let Some(k) = &self.unique_key {
+            Unique::key(k)
+        } else if let Some(f) = &self.unique_fields {
+            Unique::by_fields(f.iter().map(|s| s.trim()))
+        } else if self.unique_by_args {
+            Unique::by_args()
+        } else {
+            return None;
+        };
+        if self.unique_by_queue {
+            rule = rule.by_queue();
+        }
+        if let Some(p) = self.unique_period {
+            rule = rule.period(p);
+        }
+        if self.queue_behind_running {
+            rule = rule.queue_behind_running();
+        }
+        Some(rule.on_conflict(match self.on_conflict {
+            Conflict::Skip => OnConflict::Skip,
+            Conflict::Replace => OnConflict::Replace,
+            Conflict::KeepRunAt => OnConflict::KeepRunAt,
+        }))
+    }
+}
+
+/// Prints what a unique enqueue did with each job: `ID` or `ID duplicate` per line, or with
+/// `--json` one object per line: `{"id": ID, "result": "inserted"|"duplicate"}`.
+fn print_enqueued(all: &[Enqueued], json: bool) {
+    let mut out = String::with_capacity(all.len() * 32);
+    for e in all {
+        let (id, result) = match e {
+            Enqueued::Duplicate(id) => (*id, "duplicate"),
+            other => (other.id(), "inserted"),
+        };
+        if json {
+            out.push_str(&serde_json::json!({ "id": id.0, "result": result }).to_string());
+        } else if result == "inserted" {
+            out.push_str(&id.to_string());
+        } else {
+            out.push_str(&format!("{id} {result}"));
+        }
+        out.push('\n');
+    }
+    out!("{out}");
 }
 
 pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
@@ -68,6 +153,14 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         Some(payload) => {
             let job = args.job(payload);
             let client = target.client(1).await?;
+            if args.rule().is_some() {
+                let e = client
+                    .enqueue_unique(&job)
+                    .await
+                    .map_err(|e| schema_hint(e, &target.schema))?;
+                print_enqueued(&[e], args.json);
+                return Ok(());
+            }
             let id = client
                 .enqueue(&job)
                 .await
@@ -119,10 +212,23 @@ async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
         .transaction()
         .await
         .context("could not begin a transaction")?;
+    let unique = args.rule().is_some();
     let mut ids = Vec::with_capacity(jobs.len());
+    let mut enqueued = Vec::new();
     for (c, chunk) in jobs.chunks(BATCH).enumerate() {
-        match client.enqueue_many_tx(&tx, chunk).await {
-            Ok(got) => ids.extend(got),
+        let got = if unique {
+            client
+                .enqueue_many_unique_tx(&tx, chunk)
+                .await
+                .map(|e| enqueued.extend(e))
+        } else {
+            client
+                .enqueue_many_tx(&tx, chunk)
+                .await
+                .map(|got| ids.extend(got))
+        };
+        match got {
+            Ok(()) => {}
             Err(Error::InvalidBatchItem { index, source }) => {
                 return Err(usage(format!(
                     "line {}: {source}; nothing was enqueued",
@@ -135,7 +241,9 @@ async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
     tx.commit()
         .await
         .context("could not commit the enqueued jobs")?;
-    if args.json {
+    if unique {
+        print_enqueued(&enqueued, args.json);
+    } else if args.json {
         let ids: Vec<i64> = ids.iter().map(|i| i.0).collect();
         print_json(&serde_json::json!({ "ids": ids }));
     } else {

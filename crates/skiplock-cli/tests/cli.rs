@@ -1039,3 +1039,92 @@ async fn a_worker_whose_log_reader_went_away_finishes_its_work() {
         50
     );
 }
+
+#[tokio::test]
+async fn enqueue_with_a_uniqueness_rule_says_inserted_or_duplicate() {
+    let db = migrated().await;
+    let one = |payload: &str| {
+        json(&ok(&run(
+            Some(&db),
+            &["enqueue", "--unique-key", "k", "--json", payload],
+        )))
+    };
+    let first = one(r#"{"v":1}"#);
+    assert_eq!(first["result"], "inserted");
+    let id = first["id"].as_i64().unwrap();
+    let again = one(r#"{"v":2}"#);
+    assert_eq!(
+        (again["result"].as_str(), again["id"].as_i64()),
+        (Some("duplicate"), Some(id))
+    );
+    // Without --json: the id, and the word duplicate after a duplicate's.
+    let plain = ok(&run(Some(&db), &["enqueue", "--unique-key", "k", "{}"]));
+    assert_eq!(plain.trim(), format!("{id} duplicate"));
+
+    // Replace: the queued duplicate takes the new payload.
+    let replaced = ok(&run(
+        Some(&db),
+        &[
+            "enqueue",
+            "--unique-key",
+            "k",
+            "--on-conflict",
+            "replace",
+            "--json",
+            r#"{"v":3}"#,
+        ],
+    ));
+    assert_eq!(json(&replaced)["id"].as_i64(), Some(id));
+    let shown = json(&ok(&run(Some(&db), &["show", &id.to_string(), "--json"])));
+    assert_eq!(shown["payload"]["v"], 3);
+
+    // Standard input: one line per job, in order, duplicates within the input included.
+    let o = run_stdin(
+        &db,
+        &[
+            "enqueue",
+            "--unique-fields",
+            "a,b",
+            "--unique-period",
+            "1h",
+            "--json",
+        ],
+        b"{\"a\":1,\"b\":1,\"c\":1}\n{\"a\":1,\"b\":1,\"c\":2}\n{\"a\":2,\"b\":1}\n",
+    );
+    let lines: Vec<serde_json::Value> = ok(&o).lines().map(json).collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["result"], "inserted");
+    assert_eq!(lines[1]["result"], "duplicate");
+    assert_eq!(lines[1]["id"], lines[0]["id"]);
+    assert_eq!(lines[2]["result"], "inserted");
+    let o = run_stdin(
+        &db,
+        &["enqueue", "--unique-by-args", "--unique-by-queue", "--json"],
+        b"{}\n{}\n",
+    );
+    let lines: Vec<serde_json::Value> = ok(&o).lines().map(json).collect();
+    assert_eq!(
+        (lines[0]["result"].as_str(), lines[1]["result"].as_str()),
+        (Some("inserted"), Some("duplicate"))
+    );
+
+    // A rule's options need a rule.
+    let o = run(Some(&db), &["enqueue", "--unique-period", "1h", "{}"]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+
+    // An operator's retry that would duplicate the active job names it.
+    ok(&run(Some(&db), &["cancel", &id.to_string()]));
+    let new = one(r#"{"v":4}"#);
+    assert_eq!(new["result"], "inserted");
+    let o = run(Some(&db), &["retry", &id.to_string()]);
+    assert!(!o.status.success());
+    let e = err(&o);
+    assert!(
+        e.contains(&format!(
+            "job {} is active with the same unique key",
+            new["id"]
+        )),
+        "{e}"
+    );
+    assert!(!e.contains("panicked"), "{e}");
+}

@@ -3,7 +3,8 @@
 
 use crate::caller_tx::{Conn, Executor};
 use crate::client::Client;
-use crate::error::Result;
+use crate::db;
+use crate::error::{Error, Result};
 use crate::job::{JobId, JobState};
 
 /// What an admin call did to each id.
@@ -24,7 +25,6 @@ enum Action {
 }
 
 impl Action {
-    /// What a pool error says the call was about to do.
     fn op(self) -> &'static str {
         match self {
             Action::Retry => "retry jobs",
@@ -38,14 +38,33 @@ impl Client {
     /// Makes queued, done or failed jobs ready to run now. `attempts` is kept (it fences
     /// stale workers); `max_attempts` is raised if needed so that each gets another attempt.
     /// Running jobs are left alone.
+    ///
+    /// A done or failed job with a unique key ([`Unique`](crate::Unique)) whose key another
+    /// active job holds (or another job of `ids` with the same key) is not made a second
+    /// active job with it: the call fails with [`Error::UniqueConflict`], naming both, and
+    /// retries nothing.
     pub async fn retry(&self, ids: &[JobId]) -> Result<AdminReport> {
         let conn = self.conn(Action::Retry.op()).await?;
-        self.retry_tx(&**conn, ids).await
+        let mut tries = 0;
+        loop {
+            match self.retry_tx(&**conn, ids).await {
+                // A duplicate committed between the statement's snapshot and its update:
+                // the next run sees it and names it.
+                Err(Error::Database { source, .. })
+                    if tries < 3 && db::unique::is_unique_clash(&source) =>
+                {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// [`Client::retry`] through the caller's connection or transaction: through a
     /// transaction, the jobs become ready (and their wake-up is sent) only if and when it
-    /// commits.
+    /// commits. A duplicate of a unique key is refused as by [`Client::retry`]; if one is
+    /// enqueued concurrently and commits while this runs, the database refuses the update
+    /// ([`Error::Database`] with SQLSTATE 23505) and the caller's transaction is aborted.
     pub async fn retry_tx<'c>(
         &self,
         conn: impl Executor<'c>,
@@ -103,11 +122,14 @@ impl Client {
             return Ok(AdminReport::default());
         }
         let store = self.store();
-        let mut changed = match action {
+        let (mut changed, clashes) = match action {
             Action::Retry => store.job_retry(conn.reborrow(), &raw).await?,
-            Action::Cancel => store.job_cancel(conn.reborrow(), &raw).await?,
-            Action::Delete => store.job_delete(conn.reborrow(), &raw).await?,
+            Action::Cancel => (store.job_cancel(conn.reborrow(), &raw).await?, Vec::new()),
+            Action::Delete => (store.job_delete(conn.reborrow(), &raw).await?, Vec::new()),
         };
+        if let Some(&(id, duplicate)) = clashes.first() {
+            return Err(Error::UniqueConflict { id, duplicate });
+        }
         changed.sort_unstable();
         let rest: Vec<i64> = raw
             .iter()

@@ -487,6 +487,11 @@ impl Client {
         &self.inner.store
     }
 
+    /// The largest payload accepted, in bytes.
+    pub(crate) fn max_payload_bytes(&self) -> usize {
+        self.inner.max_payload_bytes
+    }
+
     pub(crate) async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
         self.inner
             .pool

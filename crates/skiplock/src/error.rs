@@ -96,6 +96,26 @@ pub enum Error {
         known: i32,
     },
 
+    /// An operator's retry would have made job `id` active while job `duplicate` is active
+    /// with the same unique key (or is retried with it in the same call). Nothing was
+    /// retried.
+    #[error(
+        "could not retry job {id}: job {duplicate} is active with the same unique key; \
+         nothing was retried"
+    )]
+    UniqueConflict {
+        /// The job that was to be retried.
+        id: crate::job::JobId,
+        /// The active job with its key.
+        duplicate: crate::job::JobId,
+    },
+
+    /// A unique enqueue met an active duplicate that had finished again each time it looked
+    /// it up. Nothing more is known about the jobs of this call; through a transaction of
+    /// the caller's, roll it back. Try again.
+    #[error("could not enqueue jobs: the duplicates of their unique keys kept finishing")]
+    UniqueChurn,
+
     /// The database returned an error through sqlx while doing `op`.
     #[cfg(feature = "sqlx-0_8")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlx-0_8")))]

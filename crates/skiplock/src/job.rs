@@ -79,6 +79,7 @@ pub struct NewJob {
     pub(crate) priority: i16,
     pub(crate) max_attempts: i32,
     pub(crate) schedule: Schedule,
+    pub(crate) unique: Option<crate::unique::Unique>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +110,7 @@ impl NewJob {
             priority: 0,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             schedule: Schedule::Delay(Duration::ZERO),
+            unique: None,
         }
     }
 
@@ -143,8 +145,31 @@ impl NewJob {
         self
     }
 
-    /// Validates every field and turns the job into the values bound to the insert.
+    /// A uniqueness rule: at most one active (queued or running) job per key the rule
+    /// derives. Enqueue such a job with [`Client::enqueue_unique`](crate::Client::enqueue_unique)
+    /// or [`Client::enqueue_many_unique`](crate::Client::enqueue_many_unique) (and their `_tx`
+    /// forms), which say whether it was inserted or was a duplicate; the plain `enqueue`
+    /// calls refuse it, so that a duplicate is never skipped silently. See [`Unique`](crate::Unique).
+    pub fn unique(mut self, rule: crate::unique::Unique) -> Self {
+        self.unique = Some(rule);
+        self
+    }
+
+    /// Validates every field and turns the job into the values bound to the insert. A job
+    /// with a uniqueness rule is refused: only the unique enqueues report duplicates.
     pub(crate) fn encode(&self, max_payload_bytes: usize) -> Result<EncodedJob> {
+        if self.unique.is_some() {
+            return Err(Error::invalid(
+                "job",
+                "it has a uniqueness rule; enqueue it with enqueue_unique or enqueue_many_unique, \
+                 which say whether it was inserted or was a duplicate",
+            ));
+        }
+        self.encode_base(max_payload_bytes)
+    }
+
+    /// [`NewJob::encode`] without a look at the uniqueness rule.
+    pub(crate) fn encode_base(&self, max_payload_bytes: usize) -> Result<EncodedJob> {
         input::queue_name(&self.queue)?;
         input::kind_name(&self.kind)?;
         input::max_attempts(self.max_attempts)?;

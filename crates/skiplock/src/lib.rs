@@ -57,6 +57,7 @@ mod notices;
 mod outcome;
 mod schema;
 mod tls;
+mod unique;
 mod worker;
 
 pub use admin::AdminReport;
@@ -77,6 +78,9 @@ pub use job::{
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
+pub use unique::{
+    Enqueued, OnConflict, Unique, MAX_UNIQUE_FIELDS, MAX_UNIQUE_KEY_LEN, MIN_UNIQUE_PERIOD,
+};
 #[doc(hidden)]
 pub use worker::{JobEnd, WorkerEvent};
 pub use worker::{RunStats, StatsHandle, Worker, WorkerBuilder, WorkerConfig};

@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "exhausted_index",
         sql: include_str!("../migrations/0005_exhausted_index.sql"),
     },
+    Migration {
+        version: 6,
+        name: "unique_jobs",
+        sql: include_str!("../migrations/0006_unique_jobs.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -195,9 +195,18 @@ impl Store {
         .map_err(Error::db("look up the next due job"))
     }
 
-    /// `job_retry.sql`: makes the jobs `ids` ready again; returns the ids it changed.
-    pub(crate) async fn job_retry(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Vec<JobId>> {
-        self.admin(conn, &self.sql.retry, "retry jobs", ids).await
+    /// `job_retry.sql`: makes the jobs `ids` ready again; returns the ids it changed, or
+    /// (having changed nothing) the jobs that would duplicate an active job's unique key,
+    /// each with that job.
+    pub(crate) async fn job_retry(
+        &self,
+        conn: Conn<'_>,
+        ids: &[i64],
+    ) -> Result<super::unique::Retried> {
+        on_conn!(conn, "retry jobs",
+            |c| super::unique::retry(c, &self.sql, ids),
+            sqlx: super::unique::retry_sqlx(c, &self.sql, ids),
+        )
     }
 
     /// `job_cancel.sql`: cancels the jobs `ids`; returns the ids it changed.
@@ -285,7 +294,7 @@ async fn insert<C: GenericClient + Sync>(
     Ok(JobId(row.try_get(0)?))
 }
 
-async fn insert_many<C: GenericClient + Sync>(
+pub(crate) async fn insert_many<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     b: &EncodedBatch,

@@ -17,6 +17,7 @@ pub(crate) mod schema;
 pub(crate) mod server;
 #[cfg(feature = "sqlx-0_8")]
 pub(crate) mod sqlx;
+pub(crate) mod unique;
 
 use crate::error::Error;
 use crate::schema::Schema;
@@ -139,6 +140,9 @@ macro_rules! templates {
 templates! {
     Insert => insert => "job_insert.sql", "`queries/job_insert.sql`: enqueue one job.",
     InsertMany => insert_many => "job_insert_many.sql", "`queries/job_insert_many.sql`: enqueue many jobs in one statement.",
+    InsertUnique => insert_unique => "job_insert_unique.sql", "`queries/job_insert_unique.sql`: enqueue jobs that carry a uniqueness rule (`INSERT … ON CONFLICT DO NOTHING` on the unique key); one row per job: its key and the id inserted, if any.",
+    UniqueReplace => unique_replace => "job_unique_replace.sql", "`queries/job_unique_replace.sql`: give the queued job of each unique key a new payload (and run_at): the debounce and throttle conflict modes.",
+    UniqueLookup => unique_lookup => "job_unique_lookup.sql", "`queries/job_unique_lookup.sql`: the active job holding each unique key (the duplicate a unique enqueue skipped).",
     Claim => claim => "job_claim.sql", "`queries/job_claim.sql`: claim ready jobs with a lease (`FOR UPDATE SKIP LOCKED`).",
     Reap => reap => "job_reap.sql", "`queries/job_reap.sql`: one reaper round: expired leases back to the queue (or failed), queued jobs with no attempt left to failed; `$1` rows of each at most. The worker's reaper and [`Client::reap`](crate::Client::reap).",
     Get => get => "job_get.sql", "`queries/job_get.sql`: one job by id.",

@@ -17,5 +17,6 @@ mod privileges;
 mod runtime;
 mod support;
 mod tls;
+mod unique;
 mod vacuum;
 mod worker;

@@ -92,7 +92,9 @@ async fn the_schema_has_the_article_table() {
             "created_at",
             "kind",
             "priority",
-            "finished_at"
+            "finished_at",
+            "unique_key",
+            "unique_queued_only"
         ]
     );
     let idx: String = conn

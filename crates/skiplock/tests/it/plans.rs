@@ -15,11 +15,11 @@ use tokio_postgres::types::ToSql;
 
 use crate::support::{setup, Bundle};
 
-const N: usize = 4_000;
+pub(crate) const N: usize = 4_000;
 
 /// N jobs, analyzed while all were queued, then all claimed (running) with no new
 /// statistics. Returns their ids and attempts.
-async fn stale_statistics() -> (Bundle, Vec<i64>, Vec<i32>) {
+pub(crate) async fn stale_statistics() -> (Bundle, Vec<i64>, Vec<i32>) {
     let b = setup().await;
     b.raw
         .batch_execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
@@ -41,7 +41,7 @@ async fn stale_statistics() -> (Bundle, Vec<i64>, Vec<i32>) {
 
 /// Runs `sql` under EXPLAIN ANALYZE in a transaction that is rolled back, and checks that
 /// the plan is linear in `batch`.
-async fn assert_linear(
+pub(crate) async fn assert_linear(
     b: &mut Bundle,
     what: &str,
     sql: &str,

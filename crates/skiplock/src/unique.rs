@@ -1,0 +1,548 @@
+//! Unique jobs: at most one active (queued or running) job per key, enforced by the database.
+//!
+//! A [`Unique`] rule on a [`NewJob`] derives a key from the job's kind and its whole payload,
+//! chosen top-level fields of it, or an explicit key; optionally also its queue and a time
+//! bucket. The key is computed by the database (`unique_key()`, migration 6) and hashed, and
+//! a partial unique index over the active states holds at most one job per key. Enqueues use
+//! `INSERT … ON CONFLICT DO NOTHING` against that index, so two enqueuers racing with the
+//! same key can never both insert, whatever their transactions do: the second waits for the
+//! first's transaction, then inserts (it rolled back) or reports the duplicate (it committed).
+//!
+//! The unique enqueues return an [`Enqueued`] per job, never a silent nothing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::caller_tx::{Conn, Executor};
+use crate::client::Client;
+use crate::db::unique::{self as store, Link, Replacement, UniqueBatch};
+use crate::db::Sql;
+use crate::error::{Error, Result};
+use crate::input;
+use crate::job::{EncodedBatch, EncodedJob, JobId, NewJob, MAX_BATCH_BYTES};
+
+/// The longest explicit unique key accepted, in bytes.
+pub const MAX_UNIQUE_KEY_LEN: usize = 1024;
+/// The most payload fields a rule may name.
+pub const MAX_UNIQUE_FIELDS: usize = 64;
+/// The shortest time bucket a rule may have.
+pub const MIN_UNIQUE_PERIOD: Duration = Duration::from_secs(1);
+
+/// How many times an enqueue tries again when the duplicate that made it skip had finished
+/// before it could be looked up.
+const MAX_ROUNDS: usize = 10;
+
+/// What a job's uniqueness rule compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum By {
+    /// The whole payload.
+    Args,
+    /// These top-level fields of the payload.
+    Fields(Vec<String>),
+    /// An explicit key.
+    Key(String),
+}
+
+/// What an enqueue does when an active job with the same key exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnConflict {
+    /// Leave the duplicate as it is; the new job is not enqueued (the default).
+    #[default]
+    Skip,
+    /// Debounce: a still-queued duplicate takes the new job's payload and run_at (so a burst
+    /// of enqueues with a delay runs once, that long after the last of them).
+    Replace,
+    /// Throttle: a still-queued duplicate takes the new job's payload but keeps its run_at.
+    KeepRunAt,
+}
+
+impl OnConflict {
+    fn replaces(self) -> bool {
+        self != OnConflict::Skip
+    }
+}
+
+/// A job's uniqueness rule: at most one active (queued or running) job per key.
+///
+/// The key is the job's kind plus one of: the whole payload ([`Unique::by_args`]), some of
+/// its top-level fields ([`Unique::by_fields`]), or an explicit key ([`Unique::key`]);
+/// optionally also the queue ([`Unique::by_queue`]) and a time bucket
+/// ([`Unique::period`]). Payloads compare as `jsonb` values: key order and spacing do not
+/// matter (numbers compare as written: `1` and `1.0` differ).
+///
+/// ```
+/// use std::time::Duration;
+/// use skiplock::{NewJob, OnConflict, Unique};
+///
+/// // One sync per account per hour, whatever else the payload holds.
+/// let job = NewJob::new("sync", &serde_json::json!({ "account": 7, "reason": "login" }))
+///     .unique(Unique::by_fields(["account"]).period(Duration::from_secs(3600)));
+///
+/// // Debounce: a burst of edits runs one reindex, 30 s after the last edit.
+/// let job = NewJob::new("reindex", &serde_json::json!({ "doc": 42 }))
+///     .delay(Duration::from_secs(30))
+///     .unique(Unique::key("doc-42").on_conflict(OnConflict::Replace));
+/// ```
+///
+/// A running duplicate blocks a new job by default; with [`Unique::queue_behind_running`] a
+/// new job may queue while the duplicate runs (the running job gives up its key as it
+/// starts). A job's own retry, snooze, lease expiry or hand-back never conflicts with its
+/// own key. An operator's [`Client::retry`] of a finished job whose key another active job
+/// holds fails with [`Error::UniqueConflict`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    by: By,
+    by_queue: bool,
+    period: Option<Duration>,
+    on_conflict: OnConflict,
+    queue_behind_running: bool,
+}
+
+impl Unique {
+    fn new(by: By) -> Self {
+        Unique {
+            by,
+            by_queue: false,
+            period: None,
+            on_conflict: OnConflict::Skip,
+            queue_behind_running: false,
+        }
+    }
+
+    /// Jobs of the same kind with equal payloads are the same.
+    pub fn by_args() -> Self {
+        Self::new(By::Args)
+    }
+
+    /// Jobs of the same kind whose payloads agree on these top-level fields are the same (a
+    /// missing field counts as `null`). 1 to 64 field names.
+    pub fn by_fields<I, S>(fields: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(By::Fields(fields.into_iter().map(Into::into).collect()))
+    }
+
+    /// Jobs of the same kind with this key are the same (1 to 1,024 bytes).
+    pub fn key(key: impl Into<String>) -> Self {
+        Self::new(By::Key(key.into()))
+    }
+
+    /// The queue is part of the key too: the same job in two queues is not a duplicate.
+    pub fn by_queue(mut self) -> Self {
+        self.by_queue = true;
+        self
+    }
+
+    /// The key includes the time bucket `floor(now() / period)` (at least 1 s), by the
+    /// database's clock (`now()`, the enqueuing transaction's start): at most one active job
+    /// per key per bucket, e.g. once an hour with 1 h. A job from an earlier bucket that is
+    /// still active does not block one of the next.
+    pub fn period(mut self, period: Duration) -> Self {
+        self.period = Some(period);
+        self
+    }
+
+    /// What to do when a duplicate is active (default [`OnConflict::Skip`]). A running
+    /// duplicate is never changed.
+    pub fn on_conflict(mut self, mode: OnConflict) -> Self {
+        self.on_conflict = mode;
+        self
+    }
+
+    /// A running duplicate does not block: the new job queues behind it. Only a queued
+    /// duplicate does. (Default: a queued or running duplicate blocks.)
+    ///
+    /// The job gives up its key when a worker starts it, so that a retry, snooze or
+    /// hand-back of it never conflicts with the job queued behind it; it is then no longer
+    /// unique (two such jobs may be queued after it fails and retries).
+    pub fn queue_behind_running(mut self) -> Self {
+        self.queue_behind_running = true;
+        self
+    }
+
+    /// Validates the rule; returns the period in microseconds (0: none).
+    fn check(&self) -> Result<i64> {
+        match &self.by {
+            By::Args => {}
+            By::Fields(fields) => {
+                if fields.is_empty() || fields.len() > MAX_UNIQUE_FIELDS {
+                    return Err(Error::invalid(
+                        "unique fields",
+                        format!("give 1 to {MAX_UNIQUE_FIELDS} field names"),
+                    ));
+                }
+                if let Some(f) = fields
+                    .iter()
+                    .find(|f| f.is_empty() || f.len() > input::MAX_NAME_LEN || f.contains('\0'))
+                {
+                    return Err(Error::invalid(
+                        "unique fields",
+                        format!(
+                            "field name {f:?} must be 1 to {} bytes, without NUL",
+                            input::MAX_NAME_LEN
+                        ),
+                    ));
+                }
+            }
+            By::Key(key) => {
+                if key.is_empty() || key.len() > MAX_UNIQUE_KEY_LEN || key.contains('\0') {
+                    return Err(Error::invalid(
+                        "unique key",
+                        format!("it must be 1 to {MAX_UNIQUE_KEY_LEN} bytes, without NUL"),
+                    ));
+                }
+            }
+        }
+        match self.period {
+            None => Ok(0),
+            Some(p) if p < MIN_UNIQUE_PERIOD || p > input::MAX_DELAY => Err(Error::invalid(
+                "unique period",
+                format!("{p:?} is outside {MIN_UNIQUE_PERIOD:?} to 100 years"),
+            )),
+            Some(p) => input::micros("unique period", p),
+        }
+    }
+}
+
+/// What a unique enqueue did with one job.
+#[must_use = "a unique enqueue may not have inserted the job"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Enqueued {
+    /// The job was inserted, with this id.
+    Inserted(JobId),
+    /// An active job with the same key exists (this id) and the new job was not inserted.
+    /// With [`OnConflict::Replace`] or [`OnConflict::KeepRunAt`] a queued duplicate took the
+    /// new payload (and run_at).
+    Duplicate(JobId),
+}
+
+impl Enqueued {
+    /// The id of the inserted job, or of its duplicate.
+    pub fn id(self) -> JobId {
+        match self {
+            Enqueued::Inserted(id) | Enqueued::Duplicate(id) => id,
+        }
+    }
+
+    /// Whether the job was inserted.
+    pub fn is_inserted(self) -> bool {
+        matches!(self, Enqueued::Inserted(_))
+    }
+
+    /// Whether the job was a duplicate of an active job.
+    pub fn is_duplicate(self) -> bool {
+        matches!(self, Enqueued::Duplicate(_))
+    }
+}
+
+/// One validated job of a unique enqueue.
+struct Prepared {
+    job: EncodedJob,
+    rule: Option<(Unique, i64)>,
+}
+
+fn prepare(jobs: &[NewJob], max_payload_bytes: usize) -> Result<Vec<Prepared>> {
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut bytes = 0usize;
+    for (index, job) in jobs.iter().enumerate() {
+        let item = |e: Error| Error::InvalidBatchItem {
+            index,
+            source: Box::new(e),
+        };
+        let encoded = job.encode_base(max_payload_bytes).map_err(item)?;
+        let rule = match &job.unique {
+            Some(u) => Some((u.clone(), u.check().map_err(item)?)),
+            None => None,
+        };
+        bytes += encoded.payload.len();
+        if bytes > MAX_BATCH_BYTES {
+            return Err(Error::invalid(
+                "batch",
+                format!("its payloads exceed {MAX_BATCH_BYTES} bytes at job {index}; split it"),
+            ));
+        }
+        out.push(Prepared { job: encoded, rule });
+    }
+    Ok(out)
+}
+
+fn push_base(b: &mut EncodedBatch, j: &EncodedJob) {
+    b.queue.push(j.queue.clone());
+    b.kind.push(j.kind.clone());
+    b.payload.push(j.payload.clone());
+    b.priority.push(j.priority);
+    b.max_attempts.push(j.max_attempts);
+    b.run_at_us.push(j.run_at_us);
+    b.delay_us.push(j.delay_us);
+}
+
+fn unique_batch(jobs: &[Prepared], pending: &[usize]) -> Result<UniqueBatch> {
+    let mut b = UniqueBatch::default();
+    for &i in pending {
+        let Some(p) = jobs.get(i) else { continue };
+        let Some((rule, period_us)) = &p.rule else {
+            continue;
+        };
+        push_base(&mut b.base, &p.job);
+        let (by, fields, key) = match &rule.by {
+            By::Args => ("args", None, None),
+            By::Fields(f) => (
+                "fields",
+                Some(
+                    serde_json::to_string(f)
+                        .map_err(|e| Error::invalid("unique fields", e.to_string()))?,
+                ),
+                None,
+            ),
+            By::Key(k) => ("key", None, Some(k.clone())),
+        };
+        b.unique_by.push(by);
+        b.fields.push(fields);
+        b.key.push(key);
+        b.by_queue.push(rule.by_queue);
+        b.period_us.push(*period_us);
+        b.queued_only.push(rule.queue_behind_running);
+    }
+    Ok(b)
+}
+
+/// Enqueues `jobs` through `link`: jobs without a rule in one plain batch insert, the others
+/// with `job_insert_unique.sql`, then (for those that met a duplicate) the conflict mode's
+/// replacement and a look-up of the duplicate's id, each a statement of its own so that it
+/// sees rows committed since the insert began. A key whose duplicate finished before it was
+/// looked up is tried again, at most [`MAX_ROUNDS`] times.
+async fn run<L: Link>(link: &mut L, sql: &Sql, jobs: &[Prepared]) -> Result<Vec<Enqueued>> {
+    let mut out: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+    let plain: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].rule.is_none())
+        .collect();
+    if !plain.is_empty() {
+        let mut b = EncodedBatch::default();
+        for &i in &plain {
+            push_base(&mut b, &jobs[i].job);
+        }
+        let ids = link.insert_plain(sql, &b).await?;
+        for (&i, id) in plain.iter().zip(ids) {
+            out[i] = Some(Enqueued::Inserted(id));
+        }
+    }
+    let mut pending: Vec<usize> = (0..jobs.len())
+        .filter(|&i| jobs[i].rule.is_some())
+        .collect();
+    for _ in 0..MAX_ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        pending = round(link, sql, jobs, &pending, &mut out).await?;
+    }
+    if !pending.is_empty() {
+        return Err(Error::UniqueChurn);
+    }
+    out.into_iter()
+        .map(|e| e.ok_or(Error::UniqueChurn))
+        .collect()
+}
+
+/// One round over the `pending` jobs (indexes into `jobs`); returns those to try again.
+async fn round<L: Link>(
+    link: &mut L,
+    sql: &Sql,
+    jobs: &[Prepared],
+    pending: &[usize],
+    out: &mut [Option<Enqueued>],
+) -> Result<Vec<usize>> {
+    let batch = unique_batch(jobs, pending)?;
+    let rows = link.insert_unique(sql, &batch).await?;
+    // Per key, in input order: the jobs that share it, and the id inserted for the first.
+    let mut order: Vec<String> = Vec::new();
+    let mut by_key: HashMap<String, (Vec<usize>, Option<JobId>)> = HashMap::new();
+    let mut rows = rows;
+    rows.sort_by_key(|r| r.n);
+    for r in rows {
+        let Some(&i) = r.n.checked_sub(1).and_then(|n| pending.get(n)) else {
+            continue;
+        };
+        let entry = by_key.entry(r.key.clone()).or_insert_with(|| {
+            order.push(r.key.clone());
+            (Vec::new(), None)
+        });
+        entry.0.push(i);
+        if entry.1.is_none() {
+            entry.1 = r.id;
+        }
+    }
+    // The replacement each key gets: that of the last job asking for one (the first job of
+    // a key it inserted itself does not replace its own payload).
+    let mut repl = Replacement::default();
+    let mut unresolved: Vec<String> = Vec::new();
+    for key in &order {
+        let Some((members, id)) = by_key.get(key) else {
+            continue;
+        };
+        let skip = usize::from(id.is_some());
+        let last = members.iter().skip(skip).rev().find(|&&i| {
+            jobs[i]
+                .rule
+                .as_ref()
+                .is_some_and(|r| r.0.on_conflict.replaces())
+        });
+        if let Some(&i) = last {
+            let j = &jobs[i].job;
+            let keep = jobs[i]
+                .rule
+                .as_ref()
+                .is_some_and(|r| r.0.on_conflict == OnConflict::KeepRunAt);
+            repl.key.push(key.clone());
+            repl.payload.push(j.payload.clone());
+            repl.run_at_us.push(j.run_at_us);
+            repl.delay_us.push(j.delay_us);
+            repl.replace_run_at.push(!keep);
+        }
+        match id {
+            Some(id) => {
+                let (first, rest) = members.split_first().unwrap_or((&usize::MAX, &[]));
+                if let Some(slot) = out.get_mut(*first) {
+                    *slot = Some(Enqueued::Inserted(*id));
+                }
+                for &i in rest {
+                    out[i] = Some(Enqueued::Duplicate(*id));
+                }
+            }
+            None => unresolved.push(key.clone()),
+        }
+    }
+    let mut found: HashMap<String, JobId> = HashMap::new();
+    if !repl.key.is_empty() {
+        found.extend(link.replace(sql, &repl).await?);
+    }
+    let missing: Vec<String> = unresolved
+        .iter()
+        .filter(|k| !found.contains_key(*k))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        found.extend(link.lookup(sql, &missing).await?);
+    }
+    let mut again = Vec::new();
+    for key in &unresolved {
+        let Some((members, _)) = by_key.get(key) else {
+            continue;
+        };
+        match found.get(key) {
+            Some(&id) => {
+                for &i in members {
+                    out[i] = Some(Enqueued::Duplicate(id));
+                }
+            }
+            None => again.extend(members.iter().copied()),
+        }
+    }
+    again.sort_unstable();
+    Ok(again)
+}
+
+impl Client {
+    /// Enqueues one job, honouring its uniqueness rule ([`NewJob::unique`]), in its own
+    /// transaction. Returns [`Enqueued::Inserted`] with the new job's id, or
+    /// [`Enqueued::Duplicate`] with the id of the active job that has the same key. A job
+    /// without a rule is always inserted.
+    pub async fn enqueue_unique(&self, job: &NewJob) -> Result<Enqueued> {
+        let mut all = self.enqueue_many_unique(std::slice::from_ref(job)).await?;
+        all.pop().ok_or(Error::UniqueChurn)
+    }
+
+    /// [`Client::enqueue_unique`] through the caller's connection or transaction (see
+    /// [`Executor`]). Inside a transaction, an inserted job exists only once it commits; a
+    /// concurrent enqueue of the same key waits for this transaction to end, then inserts
+    /// (it rolled back) or reports this job as its duplicate (it committed).
+    pub async fn enqueue_unique_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        job: &NewJob,
+    ) -> Result<Enqueued> {
+        let mut all = self
+            .enqueue_many_unique_tx(conn, std::slice::from_ref(job))
+            .await?;
+        all.pop().ok_or(Error::UniqueChurn)
+    }
+
+    /// Enqueues many jobs, honouring each one's uniqueness rule, in one transaction of its
+    /// own (all or nothing). Returns one [`Enqueued`] per job, in input order. Jobs of the
+    /// batch with the same key are inserted once: the first in input order, and the others
+    /// are reported as its duplicates (with a replacing conflict mode, the last of them
+    /// gives the job its payload). Jobs without a rule are inserted as by
+    /// [`Client::enqueue_many`]. Every job is validated before any SQL runs
+    /// ([`Error::InvalidBatchItem`] names a refused one).
+    pub async fn enqueue_many_unique(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        const OP: &str = "enqueue jobs";
+        let prepared = prepare(jobs, self.max_payload_bytes())?;
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn(OP).await?;
+        let store = self.store();
+        let tx = store.begin(&mut conn, OP).await?;
+        let t: &tokio_postgres::Transaction<'_> = &tx;
+        let out = run(&mut store::Tokio(t), store.sql(), &prepared).await?;
+        store.commit(tx, OP).await?;
+        Ok(out)
+    }
+
+    /// [`Client::enqueue_many_unique`] through the caller's connection or transaction. On a
+    /// plain connection (autocommit) each of its statements commits on its own.
+    pub async fn enqueue_many_unique_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        let prepared = prepare(jobs, self.max_payload_bytes())?;
+        if prepared.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = self.store().sql();
+        match conn.into_conn() {
+            Conn::TokioClient(c) => run(&mut store::Tokio(c), sql, &prepared).await,
+            Conn::TokioTx(t) => run(&mut store::Tokio(t), sql, &prepared).await,
+            #[cfg(feature = "sqlx-0_8")]
+            Conn::Sqlx(c) => run(&mut store::Sqlx(c), sql, &prepared).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_are_checked() {
+        assert!(Unique::by_args().check().is_ok());
+        assert!(Unique::by_fields(Vec::<String>::new()).check().is_err());
+        assert!(Unique::by_fields(["a", ""]).check().is_err());
+        assert!(Unique::key("").check().is_err());
+        assert!(Unique::key("a\0b").check().is_err());
+        assert!(Unique::key("k".repeat(MAX_UNIQUE_KEY_LEN + 1))
+            .check()
+            .is_err());
+        assert!(Unique::key("k")
+            .period(Duration::from_millis(999))
+            .check()
+            .is_err());
+        assert_eq!(
+            Unique::key("k")
+                .period(Duration::from_secs(3600))
+                .check()
+                .ok(),
+            Some(3_600_000_000)
+        );
+    }
+
+    #[test]
+    fn plain_enqueue_refuses_a_rule() {
+        let job = NewJob::new("k", &1).unique(Unique::by_args());
+        assert!(job.encode(1024).unwrap_err().is_invalid_input());
+    }
+}
