@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "exhausted_index",
         sql: include_str!("../migrations/0005_exhausted_index.sql"),
     },
+    Migration {
+        version: 7,
+        name: "queue_pause",
+        sql: include_str!("../migrations/0007_queue_pause.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

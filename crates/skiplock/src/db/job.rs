@@ -371,15 +371,17 @@ pub(crate) fn ascii_escaped(s: &str) -> String {
     out
 }
 
-/// Microseconds until the next queued job of `queue` is due, if any is queued.
+/// Microseconds until the next queued job of `queue` is due, if any is queued and the queue
+/// is not paused; and whether it is paused.
 pub(crate) async fn next_run_at<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     queue: &str,
-) -> Result<Option<i64>, Error> {
-    c.query_typed_one(&sql.next_run_at, &[(&queue, Type::TEXT)])
-        .await?
-        .try_get(0)
+) -> Result<(Option<i64>, bool), Error> {
+    let row = c
+        .query_typed_one(&sql.next_run_at, &[(&queue, Type::TEXT)])
+        .await?;
+    Ok((row.try_get("wait_us")?, row.try_get("paused")?))
 }
 
 /// Tries the reaper's advisory lock for the current transaction.
