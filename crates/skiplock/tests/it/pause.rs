@@ -394,3 +394,56 @@ async fn pause_and_resume_through_the_api() {
         .unwrap_err()
         .is_invalid_input());
 }
+
+/// The upgrade that adds `queues` gives every role its rights on `jobs` on `queues` too, so
+/// that a least-privilege worker granted before the upgrade can still claim (every claim
+/// reads `queues`), and one that could change jobs can pause.
+#[tokio::test]
+async fn the_upgrade_gives_roles_their_jobs_rights_on_queues() {
+    let b = setup().await;
+    let schema = b.client.schema().quoted().to_owned();
+    let role_name = format!("{}_old", b.db.schema());
+    let reader_name = format!("{}_reader", b.db.schema());
+    // The schema as it was before migration 7, with the grants of that time.
+    b.raw
+        .batch_execute(&format!(
+            "DROP TABLE queues;
+             DELETE FROM schema_migrations WHERE version = 7;
+             CREATE ROLE \"{role_name}\" LOGIN;
+             CREATE ROLE \"{reader_name}\" LOGIN;
+             GRANT USAGE ON SCHEMA {schema} TO \"{role_name}\", \"{reader_name}\";
+             GRANT SELECT, INSERT, UPDATE, DELETE
+               ON {schema}.jobs, {schema}.jobs_archive, {schema}.maintenance_locks
+               TO \"{role_name}\";
+             GRANT SELECT ON {schema}.jobs TO \"{reader_name}\";"
+        ))
+        .await
+        .unwrap();
+    let report = b.client.migrate().await.unwrap();
+    assert_eq!(report.applied, vec![(7, "queue_pause")]);
+
+    let as_role = |name: &str| {
+        let mut cfg: tokio_postgres::Config = b.db.url().parse().unwrap();
+        cfg.user(name);
+        Client::builder_from_config(cfg)
+            .schema(b.db.schema())
+            .pool_size(2)
+            .build()
+            .unwrap()
+    };
+    let worker = as_role(&role_name);
+    worker.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    worker
+        .pause_queue("default", Some("old role"))
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    assert!(worker.claim("default", 1, lease).await.unwrap().is_empty());
+    worker.resume_queue("default").await.unwrap();
+    assert_eq!(worker.claim("default", 1, lease).await.unwrap().len(), 1);
+    // A role that could only read jobs can read the pauses, not make them.
+    let reader = as_role(&reader_name);
+    assert_eq!(reader.queues().await.unwrap().len(), 1);
+    let e = reader.pause_queue("default", None).await.unwrap_err();
+    assert!(format!("{:?}", e).contains("permission denied"), "{e:?}");
+}
