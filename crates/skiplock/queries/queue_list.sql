@@ -2,17 +2,23 @@
 -- with its pause and its queued, ready and running jobs. Times are microseconds since the
 -- epoch, by the database's clock.
 --
--- The counts read only queued and running rows (a bitmap scan of the two partial indexes,
--- jobs_ready_idx and jobs_lease_idx), never the finished history: cheap while the backlog
--- is, whatever the table keeps.
-WITH counts AS (
+-- The counts read only queued and running rows, each kind through its partial index
+-- (jobs_ready_idx, jobs_lease_idx), never the finished history: cheap while the backlog is,
+-- whatever the table keeps. Two branches, not `status IN (...)`: the planner scans a partial
+-- index only for a condition that implies its predicate.
+WITH live AS (
+  SELECT queue, status, run_at, attempts, max_attempts
+  FROM {schema}.jobs WHERE status = 'queued'
+  UNION ALL
+  SELECT queue, status, run_at, attempts, max_attempts
+  FROM {schema}.jobs WHERE status = 'running'
+), counts AS (
   SELECT queue,
          count(*) FILTER (WHERE status = 'queued')                         AS queued,
          count(*) FILTER (WHERE status = 'queued' AND run_at <= now()
                           AND attempts < max_attempts)                     AS ready,
          count(*) FILTER (WHERE status = 'running')                        AS running
-  FROM {schema}.jobs
-  WHERE status = 'queued' OR status = 'running'
+  FROM live
   GROUP BY queue
 )
 SELECT coalesce(q.name, c.queue)                                  AS name,

@@ -447,3 +447,43 @@ async fn the_upgrade_gives_roles_their_jobs_rights_on_queues() {
     let e = reader.pause_queue("default", None).await.unwrap_err();
     assert!(format!("{:?}", e).contains("permission denied"), "{e:?}");
 }
+
+/// Pause and resume through an sqlx transaction: only once it commits.
+#[cfg(feature = "sqlx-0_8")]
+#[tokio::test]
+async fn pause_and_resume_follow_an_sqlx_transaction() {
+    let b = setup().await;
+    let lease = Duration::from_secs(60);
+    b.client.enqueue_many(&jobs(3)).await.unwrap();
+    let pool = sqlx::PgPool::connect(b.db.url()).await.unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    let p = b
+        .client
+        .pause_queue_tx(&mut *tx, "default", Some("sqlx"))
+        .await
+        .unwrap();
+    assert!(p.paused && p.changed && p.paused_at.is_some());
+    assert_eq!(p.paused_by.as_deref(), Some("sqlx"));
+    tx.rollback().await.unwrap();
+    assert_eq!(b.client.claim("default", 1, lease).await.unwrap().len(), 1);
+
+    let mut tx = pool.begin().await.unwrap();
+    b.client
+        .pause_queue_tx(&mut tx, "default", None)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(b
+        .client
+        .claim("default", 1, lease)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let mut tx = pool.begin().await.unwrap();
+    let r = b.client.resume_queue_tx(&mut *tx, "default").await.unwrap();
+    assert!(!r.paused && r.changed);
+    tx.commit().await.unwrap();
+    assert_eq!(b.client.claim("default", 2, lease).await.unwrap().len(), 2);
+}
