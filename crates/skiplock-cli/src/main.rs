@@ -14,6 +14,7 @@ mod exec;
 mod lab;
 mod output;
 mod parse;
+mod queue;
 mod serve;
 mod stats;
 mod work;
@@ -63,6 +64,9 @@ enum Command {
     Work(work::Args),
     /// Queue depths, throughput, table health and sessions holding back vacuum.
     Stats(stats::Args),
+    /// List, pause or resume queues (a pause holds for every worker of the queue on this
+    /// database, in every process).
+    Queue(queue::Args),
     /// Return jobs whose lease expired to the queue, once (for cron).
     Reap(admin::JsonArgs),
     /// Delete (or archive) finished jobs older than a retention, in batches of 10,000.
@@ -216,6 +220,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enqueue(args) => enqueue::run(&target, args).await,
         Command::Work(args) => work::run(&target, args).await,
         Command::Stats(args) => stats::run(&target, args).await,
+        Command::Queue(args) => queue::run(&target, args).await,
         Command::Reap(args) => admin::reap(&target, args).await,
         Command::Prune(args) => admin::prune(&target, args).await,
         Command::Retry(args) => admin::ids(&target, admin::Action::Retry, args).await,

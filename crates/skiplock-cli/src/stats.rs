@@ -1,6 +1,6 @@
 //! `skiplock stats`: per-queue counts and the oldest ready job's age, throughput of the last
 //! minute, the jobs table's dead tuples and last autovacuum, and sessions holding back
-//! vacuum.
+//! vacuum; and which queues are paused.
 
 use std::time::Duration;
 
@@ -37,6 +37,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                     "done": q.done, "failed": q.failed,
                     "oldest_ready_age_s": q.oldest_ready_age_s,
                     "finished_last_minute": q.finished_last_minute,
+                    "paused": q.paused,
                 })
             })
             .collect();
@@ -68,7 +69,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     outln!("schema {}", target.schema);
     outln!(
-        "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}",
+        "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  state",
         "queue",
         "queued",
         "ready",
@@ -83,7 +84,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     for q in &h.queues {
         outln!(
-            "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>13.1}s {:>10}",
+            "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>13.1}s {:>10}  {}",
             q.queue,
             q.queued,
             q.ready,
@@ -91,7 +92,8 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             q.done,
             q.failed,
             q.oldest_ready_age_s,
-            q.finished_last_minute
+            q.finished_last_minute,
+            if q.paused { "PAUSED" } else { "active" }
         );
     }
     match &h.table {

@@ -2,20 +2,33 @@
 -- the database's clock); per queue, how many finished in the last minute. One pass over the
 -- table: cheap for a kept-small table, a sequential scan for a large one. A queued job with
 -- no attempt left (attempts >= max_attempts) is never claimed, so it is not ready (the
--- reaper moves it to failed).
-SELECT queue,
-       count(*) FILTER (WHERE status = 'queued')                         AS queued,
-       count(*) FILTER (WHERE status = 'queued' AND run_at <= now()
-                        AND attempts < max_attempts)                     AS ready,
-       count(*) FILTER (WHERE status = 'running')                        AS running,
-       count(*) FILTER (WHERE status = 'done')                           AS done,
-       count(*) FILTER (WHERE status = 'failed')                         AS failed,
-       coalesce(extract(epoch FROM now() - min(run_at)
-                FILTER (WHERE status = 'queued' AND run_at <= now()
-                        AND attempts < max_attempts)), 0)::float8
-                                                                          AS oldest_ready_age_s,
-       count(*) FILTER (WHERE status IN ('done', 'failed')
-                        AND finished_at > now() - interval '1 minute')   AS finished_last_minute
-FROM {schema}.jobs
-GROUP BY queue
-ORDER BY queue
+-- reaper moves it to failed). A paused queue is listed even with no job (`paused`).
+WITH j AS (
+  SELECT queue,
+         count(*) FILTER (WHERE status = 'queued')                         AS queued,
+         count(*) FILTER (WHERE status = 'queued' AND run_at <= now()
+                          AND attempts < max_attempts)                     AS ready,
+         count(*) FILTER (WHERE status = 'running')                        AS running,
+         count(*) FILTER (WHERE status = 'done')                           AS done,
+         count(*) FILTER (WHERE status = 'failed')                         AS failed,
+         coalesce(extract(epoch FROM now() - min(run_at)
+                  FILTER (WHERE status = 'queued' AND run_at <= now()
+                          AND attempts < max_attempts)), 0)::float8
+                                                                            AS oldest_ready_age_s,
+         count(*) FILTER (WHERE status IN ('done', 'failed')
+                          AND finished_at > now() - interval '1 minute')   AS finished_last_minute
+  FROM {schema}.jobs
+  GROUP BY queue
+)
+SELECT coalesce(j.queue, p.name)                  AS queue,
+       coalesce(j.queued, 0)                      AS queued,
+       coalesce(j.ready, 0)                       AS ready,
+       coalesce(j.running, 0)                     AS running,
+       coalesce(j.done, 0)                        AS done,
+       coalesce(j.failed, 0)                      AS failed,
+       coalesce(j.oldest_ready_age_s, 0)::float8  AS oldest_ready_age_s,
+       coalesce(j.finished_last_minute, 0)        AS finished_last_minute,
+       p.name IS NOT NULL                         AS paused
+FROM j
+FULL JOIN (SELECT name FROM {schema}.queues WHERE paused) p ON p.name = j.queue
+ORDER BY 1

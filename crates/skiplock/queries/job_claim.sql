@@ -11,6 +11,12 @@
 -- keeps `attempts + 1` from overflowing), so one bad row cannot break the claim.
 --
 -- Runs as its own short autocommit statement: no transaction stays open while jobs run.
+--
+-- Nothing is claimed from a paused queue (a row of `queues`, see `Client::pause_queue`). The
+-- test does not depend on the job row, so it runs once per claim, before the scan (an
+-- InitPlan under a one-time filter): a paused queue costs one primary-key probe and no index
+-- scan, and the claim's plan and cost are otherwise unchanged. A claim whose snapshot was
+-- taken before the pause committed may still take jobs; none that starts after it does.
 WITH next AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
@@ -18,6 +24,7 @@ WITH next AS MATERIALIZED (
     AND status = 'queued'
     AND run_at <= now()
     AND attempts < max_attempts
+    AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
   ORDER BY priority, run_at, id
   LIMIT $2
   FOR UPDATE SKIP LOCKED

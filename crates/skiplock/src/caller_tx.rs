@@ -10,7 +10,9 @@ mod sealed {
 /// [`Client::enqueue_many_tx`](crate::Client::enqueue_many_tx),
 /// [`Client::retry_tx`](crate::Client::retry_tx),
 /// [`Client::cancel_tx`](crate::Client::cancel_tx),
-/// [`Client::delete_tx`](crate::Client::delete_tx) and
+/// [`Client::delete_tx`](crate::Client::delete_tx),
+/// [`Client::pause_queue_tx`](crate::Client::pause_queue_tx),
+/// [`Client::resume_queue_tx`](crate::Client::resume_queue_tx) and
 /// [`Client::migrate_tx`](crate::Client::migrate_tx).
 ///
 /// Through a transaction, the change (and its notification) takes effect only if and when

@@ -55,6 +55,7 @@ mod maintenance;
 mod migrate;
 mod notices;
 mod outcome;
+mod queue;
 mod schema;
 mod tls;
 mod unique;
@@ -77,6 +78,7 @@ pub use job::{
 };
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
+pub use queue::{QueuePause, QueueState, MAX_PAUSED_BY_LEN};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
 pub use unique::{
     Enqueued, OnConflict, Unique, MAX_UNIQUE_FIELDS, MAX_UNIQUE_KEY_LEN, MIN_UNIQUE_PERIOD,

@@ -54,6 +54,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "unique_jobs",
         sql: include_str!("../migrations/0006_unique_jobs.sql"),
     },
+    Migration {
+        version: 7,
+        name: "queue_pause",
+        sql: include_str!("../migrations/0007_queue_pause.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

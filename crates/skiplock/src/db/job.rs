@@ -180,16 +180,17 @@ impl Store {
     }
 
     /// `job_next_run_at.sql`: microseconds until the next queued job of `queue` is due, if
-    /// any is queued.
+    /// any is queued and the queue is not paused; and whether it is paused.
     pub(crate) async fn job_next_run_at<C: GenericClient + Sync>(
         &self,
         c: &C,
         queue: &str,
-    ) -> Result<Option<i64>> {
+    ) -> Result<(Option<i64>, bool)> {
         async {
-            c.query_typed_one(&self.sql.next_run_at, &[(&queue, Type::TEXT)])
-                .await?
-                .try_get(0)
+            let row = c
+                .query_typed_one(&self.sql.next_run_at, &[(&queue, Type::TEXT)])
+                .await?;
+            Ok((row.try_get("wait_us")?, row.try_get("paused")?))
         }
         .await
         .map_err(Error::db("look up the next due job"))

@@ -13,6 +13,7 @@
 pub(crate) mod health;
 pub(crate) mod job;
 pub(crate) mod maintenance;
+pub(crate) mod queue;
 pub(crate) mod schema;
 pub(crate) mod server;
 #[cfg(feature = "sqlx-0_8")]
@@ -149,6 +150,9 @@ templates! {
     FinishMany => finish_many => "job_finish_many.sql", "`queries/job_finish_many.sql`: write many outcomes (complete, retry, discard, snooze, hand back), each guarded by its claim's attempt; the worker's completer and [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail) (a batch of one). One result row per input: written, lost or busy.",
     ExtendMany => extend_many => "job_extend_many.sql", "`queries/job_extend_many.sql`: renew many leases, guarded like [`Statement::FinishMany`]; the worker's heartbeat and [`Client::extend`](crate::Client::extend). One result row per input: renewed, lost or busy.",
     NextRunAt => next_run_at => "job_next_run_at.sql", "`queries/job_next_run_at.sql`: how long until a queue's next queued job is due, by the database's clock; a worker asks after a short claim.",
+    QueuePause => queue_pause => "queue_pause.sql", "`queries/queue_pause.sql`: pause a queue for every worker (see [`Client::pause_queue`](crate::Client::pause_queue)).",
+    QueueResume => queue_resume => "queue_resume.sql", "`queries/queue_resume.sql`: resume a paused queue (see [`Client::resume_queue`](crate::Client::resume_queue)).",
+    QueueList => queue_list => "queue_list.sql", "`queries/queue_list.sql`: every queue's pause and its queued, ready and running jobs (see [`Client::queues`](crate::Client::queues)).",
     ListenProbe => listen_probe => "listen_probe.sql", "`queries/listen_probe.sql`: the LISTEN connection's self-test notification, sent from a pooled connection.",
     ReaperTryLock => reaper_try_lock => "reaper_try_lock.sql", "`queries/reaper_try_lock.sql`: the reaper's transaction-scoped advisory lock: one reaper at a time across processes.",
     Retry => retry => "job_retry.sql", "`queries/job_retry.sql`: make jobs ready again by id.",

@@ -10,7 +10,9 @@
 //! was off) instead of waiting deaf forever.
 //!
 //! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
-//! on this worker at once (their results are dropped); `probe:<token>` is a self-test.
+//! on this worker at once (their results are dropped); `pause:<queue>` and `resume:<queue>`
+//! tell that queue's producer of a pause (it stops asking) or a resume (it claims at once);
+//! `probe:<token>` is a self-test.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +34,12 @@ const PROBE_PREFIX: &str = "probe:";
 
 /// The payload prefix asking workers to cancel a running job (`cancel:<id>`).
 const CANCEL_PREFIX: &str = "cancel:";
+
+/// The payload prefix telling workers that a queue was paused (`pause:<queue>`).
+const PAUSE_PREFIX: &str = "pause:";
+
+/// The payload prefix telling workers that a queue was resumed (`resume:<queue>`).
+const RESUME_PREFIX: &str = "resume:";
 
 pub(crate) async fn run(shared: Arc<Shared>) {
     let Some((config, connector)) = shared.listen_config.clone() else {
@@ -104,7 +112,11 @@ async fn listen_once(
     tracing::debug!(%channel, "listening");
     shared.counters.events.emit(|| WorkerEvent::Listening);
     // Anything enqueued before this LISTEN took effect (while we were away, or between the
-    // producers' first claim and now) sent its notification to nobody: look once.
+    // producers' first claim and now) sent its notification to nobody: look once. A resume
+    // may have been missed too: no queue is believed paused until its next lookup.
+    for q in shared.queues.values() {
+        q.pause.forget();
+    }
     shared.wake_all();
 
     let token = format!(
@@ -187,6 +199,18 @@ fn on_notification(shared: &Shared, payload: &str) {
             );
         }
         return;
+    }
+    for (prefix, paused) in [(PAUSE_PREFIX, true), (RESUME_PREFIX, false)] {
+        if let Some(name) = payload.strip_prefix(prefix) {
+            shared.note_activity();
+            if let Some(q) = shared.queues.get(name) {
+                q.pause.told(name, paused);
+                if !paused {
+                    q.wake.notify_one();
+                }
+            }
+            return;
+        }
     }
     shared.note_activity();
     if let Some(q) = shared.queues.get(payload) {

@@ -139,7 +139,9 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                     }
                 }
             }
-            () = slot.wake.notified() => claim_now = true,
+            // A notification (or a reconnect). While the queue is believed paused, new
+            // jobs start no claim: the resume notification, or the poll, does.
+            () = slot.wake.notified() => claim_now |= !slot.pause.is_paused(),
             // `wake_at` moved (merged at the top of the loop), or the poll in force did (the
             // LISTEN connection went deaf: poll from now on).
             () = slot.reschedule.notified() => {
@@ -285,8 +287,10 @@ impl Lookup {
 }
 
 /// After a short claim: when the next queued job of this queue becomes ready, by the
-/// database's clock, so that scheduled jobs and retries start on time even with no poll.
+/// database's clock, so that scheduled jobs and retries start on time even with no poll;
+/// never while the queue is paused (which it also learns here).
 async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
+    let epoch = slot.pause.epoch();
     let conn = shared.client.conn("look up the next due job").await.ok()?;
     match shared
         .client
@@ -294,12 +298,13 @@ async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
         .job_next_run_at(&**conn, &slot.name)
         .await
     {
-        Ok(Some(us)) => {
+        Ok((wait, paused)) => {
+            slot.pause.looked_up(&slot.name, paused, epoch);
+            let us = wait?;
             let wait = Duration::from_micros(us.max(0).unsigned_abs());
             // Ready now but not claimed: another claimer holds it. Look again shortly.
             Some(Instant::now() + wait.max(Duration::from_millis(250)))
         }
-        Ok(None) => None,
         Err(e) => {
             tracing::debug!(queue = %slot.name, error = %e, "could not look up the next due job");
             None

@@ -133,6 +133,8 @@ pub(crate) struct QueueSlot {
     pub wake_at: Mutex<Option<Instant>>,
     /// Tells the producer that `wake_at` or the poll interval in force moved.
     pub reschedule: Notify,
+    /// Whether the queue is believed paused (a hint; the claim enforces the pause).
+    pub pause: crate::queue::PauseHint,
 }
 
 impl QueueSlot {
@@ -144,6 +146,7 @@ impl QueueSlot {
             wake: Notify::new(),
             wake_at: Mutex::new(None),
             reschedule: Notify::new(),
+            pause: Default::default(),
         }
     }
 

@@ -208,3 +208,141 @@ async fn claim_reap_and_prune_stay_linear_with_stale_statistics() {
         .await;
     }
 }
+
+/// Runs `EXPLAIN (<options>, FORMAT JSON) sql` in a transaction that is rolled back and
+/// returns the top plan node.
+async fn explain(
+    b: &mut Bundle,
+    options: &str,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Value {
+    let tx = b.raw.transaction().await.unwrap();
+    let rows = tx
+        .query(&format!("EXPLAIN ({options}, FORMAT JSON) {sql}"), params)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let plan: Value = rows[0].get(0);
+    plan[0]["Plan"].clone()
+}
+
+/// Every node of a plan, with whether it sits under an InitPlan.
+fn nodes(node: &Value, under_init_plan: bool, out: &mut Vec<(Value, bool)>) {
+    let under = under_init_plan || node["Parent Relationship"] == "InitPlan";
+    out.push((node.clone(), under));
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        nodes(child, under, out);
+    }
+}
+
+/// The plan's shape outside its InitPlans: node type, relation and index of each node, but
+/// for the Result nodes that only hold a one-time filter.
+fn shape(plan: &Value) -> Vec<String> {
+    let mut all = Vec::new();
+    nodes(plan, false, &mut all);
+    all.iter()
+        .filter(|(n, init)| !init && n.get("One-Time Filter").is_none())
+        .map(|(n, _)| {
+            format!(
+                "{} {} {}",
+                n["Node Type"].as_str().unwrap_or("?"),
+                n["Relation Name"].as_str().unwrap_or(""),
+                n["Index Name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// The claim's pause check is read once per claim (an InitPlan, one loop), not per row; the
+/// rest of the plan is the plan of the claim without it, and costs no more than the check's
+/// one probe; on a paused queue the jobs are never scanned. With stale statistics on both
+/// tables: jobs analyzed while all were queued (then claimed and requeued), and `queues`
+/// analyzed empty, then given 1,000 paused queues.
+#[tokio::test]
+async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
+    let (mut b, _, _) = stale_statistics().await;
+    b.raw
+        .batch_execute(
+            "UPDATE jobs SET status = 'queued', locked_until = NULL;
+             ANALYZE queues;
+             INSERT INTO queues (name, paused, paused_at)
+               SELECT 'q' || i, true, now() FROM generate_series(1, 1000) i;",
+        )
+        .await
+        .unwrap();
+    let claim = b.client.statement(Statement::Claim).to_owned();
+    let unchecked: String = claim
+        .lines()
+        .filter(|l| !l.contains(".queues"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(claim, unchecked, "the claim has no pause check:\n{claim}");
+    let lease = 300_000_000i64;
+
+    for batch in [1_000i64, N as i64] {
+        // Still linear in the batch.
+        assert_linear(
+            &mut b,
+            "job_claim.sql",
+            &claim,
+            &[&"default", &batch, &lease],
+            batch as usize,
+        )
+        .await;
+        // Same plan, and no dearer than the check's probe (planned back to back, without
+        // running, so that both see the same table).
+        let with = explain(&mut b, "COSTS", &claim, &[&"default", &batch, &lease]).await;
+        let without = explain(&mut b, "COSTS", &unchecked, &[&"default", &batch, &lease]).await;
+        assert_eq!(shape(&with), shape(&without), "{with:#}\n{without:#}");
+        let mut all = Vec::new();
+        nodes(&with, false, &mut all);
+        let probes: Vec<&Value> = all
+            .iter()
+            .filter(|(n, _)| n["Relation Name"] == "queues")
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(probes.len(), 1, "{with:#}");
+        let probe_cost = probes[0]["Total Cost"].as_f64().unwrap();
+        let cost = |p: &Value| p["Total Cost"].as_f64().unwrap();
+        assert!(
+            cost(&with) <= cost(&without) + probe_cost + 0.01,
+            "the check costs {} more than its probe ({probe_cost}):\n{with:#}",
+            cost(&with) - cost(&without)
+        );
+
+        // Run: the probe runs once, under an InitPlan.
+        let ran = explain(&mut b, "ANALYZE", &claim, &[&"default", &batch, &lease]).await;
+        let mut all = Vec::new();
+        nodes(&ran, false, &mut all);
+        let probes: Vec<&(Value, bool)> = all
+            .iter()
+            .filter(|(n, _)| n["Relation Name"] == "queues")
+            .collect();
+        assert_eq!(probes.len(), 1, "{ran:#}");
+        let (probe, in_init_plan) = probes[0];
+        assert!(
+            *in_init_plan,
+            "the pause check is not an InitPlan:\n{ran:#}"
+        );
+        assert_eq!(probe["Actual Loops"].as_f64(), Some(1.0), "{ran:#}");
+        assert_eq!(ran["Actual Rows"].as_f64(), Some(batch as f64), "{ran:#}");
+    }
+
+    // Paused: the claim takes nothing and never scans the jobs.
+    b.client
+        .pause_queue("default", Some("plans"))
+        .await
+        .unwrap();
+    let ran = explain(&mut b, "ANALYZE", &claim, &[&"default", &1_000i64, &lease]).await;
+    let mut all = Vec::new();
+    nodes(&ran, false, &mut all);
+    for (n, init) in &all {
+        let scan = n["Node Type"].as_str().unwrap_or("").ends_with("Scan");
+        if scan && n["Relation Name"] == "jobs" && !init {
+            let loops = n["Actual Loops"].as_f64().unwrap_or(0.0);
+            assert_eq!(loops, 0.0, "a paused queue's jobs were scanned:\n{ran:#}");
+        }
+    }
+    assert_eq!(ran["Actual Rows"].as_f64(), Some(0.0), "{ran:#}");
+}

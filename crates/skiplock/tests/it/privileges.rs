@@ -12,7 +12,8 @@ fn grants(schema: &str, role: &str) -> String {
     format!(
         "GRANT USAGE ON SCHEMA {schema} TO {role};
          GRANT SELECT, INSERT, UPDATE, DELETE
-           ON {schema}.jobs, {schema}.jobs_archive, {schema}.maintenance_locks TO {role};
+           ON {schema}.jobs, {schema}.jobs_archive, {schema}.maintenance_locks,
+              {schema}.queues TO {role};
          GRANT SELECT ON {schema}.schema_migrations TO {role};"
     )
 }

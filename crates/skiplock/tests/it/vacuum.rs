@@ -120,7 +120,8 @@ async fn a_role_that_may_not_vacuum_gets_one_warning_and_keeps_working() {
             "CREATE ROLE {role} LOGIN;
              GRANT USAGE ON SCHEMA {schema} TO {role};
              GRANT SELECT, INSERT, UPDATE, DELETE
-               ON {schema}.jobs, {schema}.jobs_archive, {schema}.maintenance_locks TO {role};
+               ON {schema}.jobs, {schema}.jobs_archive, {schema}.maintenance_locks,
+                  {schema}.queues TO {role};
              GRANT SELECT ON {schema}.schema_migrations TO {role};"
         ))
         .await
