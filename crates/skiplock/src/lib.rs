@@ -55,6 +55,7 @@ pub mod lab;
 mod maintenance;
 mod migrate;
 mod outcome;
+pub mod periodic;
 mod schema;
 mod tls;
 mod worker;
@@ -76,6 +77,7 @@ pub use job::{
 };
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
+pub use periodic::{Missed, Schedule};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
 pub use worker::{RunStats, StatsHandle, Worker, WorkerBuilder, WorkerConfig};
 

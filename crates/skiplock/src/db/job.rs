@@ -175,6 +175,7 @@ pub(crate) async fn get<C: GenericClient + Sync>(
         last_error: r.try_get("last_error")?,
         created_at: r.try_get("created_at")?,
         finished_at: r.try_get("finished_at")?,
+        schedule: r.try_get("schedule")?,
     }))
 }
 

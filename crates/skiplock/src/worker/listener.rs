@@ -10,7 +10,8 @@
 //! was off) instead of waiting deaf forever.
 //!
 //! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
-//! on this worker at once (their results are dropped); `probe:<token>` is a self-test.
+//! on this worker at once (their results are dropped); `schedule:changed` wakes the
+//! scheduler; `probe:<token>` is a self-test.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,6 +185,10 @@ fn on_notification(shared: &Shared, payload: &str) {
                 "job cancelled: telling its handler to stop; its result will be dropped"
             );
         }
+        return;
+    }
+    if payload.starts_with(crate::periodic::NOTIFY_PREFIX) {
+        shared.schedules_changed.notify_one();
         return;
     }
     shared.note_activity();

@@ -301,6 +301,8 @@ pub(crate) struct Shared {
     pub activity: AtomicU64,
     pub counters: Arc<Counters>,
     pub lease_us: i64,
+    /// Woken by a notification that the schedules changed (see [`crate::periodic`]).
+    pub schedules_changed: Notify,
 }
 
 impl Shared {
@@ -412,6 +414,7 @@ pub struct WorkerBuilder {
     queues: Vec<(String, usize)>,
     cfg: WorkerConfig,
     listen_url: Option<String>,
+    pub(crate) periodic: crate::periodic::Periodic,
 }
 
 impl WorkerBuilder {
@@ -505,6 +508,7 @@ impl WorkerBuilder {
     /// Checks the settings and builds the worker.
     pub fn build(self) -> Result<Worker> {
         self.registry.validate()?;
+        self.periodic.check()?;
         if self.queues.is_empty() {
             return Err(Error::invalid(
                 "worker",
@@ -595,6 +599,7 @@ impl WorkerBuilder {
             queues,
             listen_config,
             lease_us,
+            periodic: self.periodic,
         })
     }
 }
@@ -623,6 +628,7 @@ pub struct Worker {
     queues: HashMap<String, Arc<QueueSlot>>,
     listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     lease_us: i64,
+    periodic: crate::periodic::Periodic,
 }
 
 impl std::fmt::Debug for Worker {
@@ -666,6 +672,7 @@ impl Worker {
             queues: Vec::new(),
             cfg: WorkerConfig::default(),
             listen_url: None,
+            periodic: Default::default(),
         }
     }
 
@@ -742,6 +749,7 @@ impl Worker {
             counters: self.counters,
             lease_us: self.lease_us,
             cfg: self.cfg,
+            schedules_changed: Notify::new(),
         });
         tracing::info!(
             schema = %shared.client.schema(),
@@ -756,6 +764,10 @@ impl Worker {
         services.spawn(heartbeat::run(shared.clone()));
         if mode == Mode::Serve {
             services.spawn(reaper::run(shared.clone()));
+            services.spawn(crate::periodic::scheduler::run(
+                shared.clone(),
+                self.periodic,
+            ));
             services.spawn(pruner::run(shared.clone()));
             services.spawn(vacuum::run(shared.clone()));
             services.spawn(idle::run(shared.clone()));
@@ -764,6 +776,7 @@ impl Worker {
             }
         } else {
             reaper::run_once(&shared).await;
+            crate::periodic::scheduler::run_until_idle(&shared, self.periodic).await;
         }
 
         let mut producers = JoinSet::new();
