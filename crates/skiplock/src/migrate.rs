@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "exhausted_index",
         sql: include_str!("../migrations/0005_exhausted_index.sql"),
     },
+    Migration {
+        version: 8,
+        name: "periodic_jobs",
+        sql: include_str!("../migrations/0008_periodic_jobs.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -11,6 +11,7 @@ mod lifecycle;
 mod migrate;
 mod operations;
 mod outcomes;
+mod periodic;
 mod pgbouncer;
 mod plans;
 mod privileges;
