@@ -10,6 +10,7 @@ mod demo;
 mod enqueue;
 mod exec;
 mod lab;
+mod schedule;
 mod stats;
 mod util;
 mod work;
@@ -71,6 +72,11 @@ enum Command {
     Delete(admin::IdsArgs),
     /// Show one job.
     Show(admin::ShowArgs),
+    /// Periodic (cron) jobs: add, list, remove, pause, resume, run-now.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::Action,
+    },
     /// Reproduce the article's experiments on this database, in a scratch schema.
     Lab(lab::Args),
     /// Run 10,000 jobs through 8 workers, crash one, and summarise (a scratch schema).
@@ -223,6 +229,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel(args) => admin::ids(&target, admin::Action::Cancel, args).await,
         Command::Delete(args) => admin::ids(&target, admin::Action::Delete, args).await,
         Command::Show(args) => admin::show(&target, args).await,
+        Command::Schedule { action } => schedule::run(&target, action).await,
         Command::Lab(args) => lab::run(&target, args).await,
         Command::Demo(args) => demo::run(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
