@@ -25,10 +25,12 @@
 //! more without touching the cursor.
 //!
 //! **The scheduler** is one of the worker's services: every worker runs it, one round at a
-//! time across all of them (a transaction-scoped advisory lock, as the reaper's). Each round
-//! is followed by a sleep until the next fire, at most [`SchedulerConfig::tick`] (or, with
-//! the worker's fallback poll off, until the next fire or a change to the schedules, heard
-//! through the worker's LISTEN connection). `skiplock work --drain` runs one round first.
+//! time across all of them (a transaction-scoped advisory lock, as the reaper's; one that
+//! finds it taken tries again [`SchedulerConfig::tick`] later). Each round is followed by a
+//! sleep until the next fire or a change to the schedules (heard through the worker's
+//! LISTEN connection), at most the worker's fallback poll interval; with the poll off, no
+//! statement is sent while no fire is due and nothing changes. `skiplock work --drain` runs
+//! one round first.
 
 mod schedule;
 pub(crate) mod scheduler;
@@ -55,10 +57,11 @@ pub(crate) const NOTIFY_PREFIX: &str = "schedule:";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SchedulerConfig {
-    /// The longest a worker's scheduler sleeps between rounds while its fallback poll is on
-    /// (default 1 s), and how soon it tries again when another worker's round holds the
-    /// lock. It sleeps less when a fire comes due sooner. From 10 ms to 1 minute, and
-    /// shorter than the grace period.
+    /// How soon a worker's scheduler tries again when another worker's round holds the
+    /// scheduler lock (default 1 s), and the shortest wait after a failed round. From 10 ms
+    /// to 1 minute, and shorter than the grace period. Between rounds a scheduler sleeps
+    /// until the next fire, or until a change to the schedules wakes it, and at most the
+    /// worker's fallback poll interval (for a change whose notification was lost).
     pub tick: Duration,
     /// How old a due fire may be and still be on time (default 10 s, ten ticks): older ones
     /// were missed, and the schedule's [`Missed`] policy decides what happens to them.

@@ -1,9 +1,13 @@
 //! The worker's scheduler service: registers the worker's schedules, then runs rounds
 //! ([`super::round`]) one at a time across all processes (a transaction-scoped advisory
 //! lock; a process that finds it taken tries again a tick later), sleeping in between until
-//! the next fire, at most a tick while the fallback poll is on. A change to the schedules
-//! (heard through the LISTEN connection) wakes it at once. With the poll off it sends
-//! nothing while no schedule is due and nothing changes.
+//! the next fire. A change to the schedules (heard through the LISTEN connection) wakes it
+//! at once; the fallback poll in force, if any, bounds the sleep, for changes whose
+//! notification was lost. With the poll off it sends nothing while no schedule is due and
+//! nothing changes, and a long poll lets a scale-to-zero database sleep between fires.
+//!
+//! A role without the right to read the schedules table gets one warning, and the service
+//! stops (this worker fires no schedule).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +32,9 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
     let cfg = periodic.config;
     let mut failures = 0u32;
     while let Err(e) = register(&shared.client, &periodic).await {
+        if denied(&e) {
+            return not_allowed(&shared);
+        }
         failures += 1;
         warn(
             &e,
@@ -56,12 +63,13 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
                     shared.note_activity();
                 }
                 let due = report.next_fire_in.map(|d| d + SLACK);
-                match shared.poll_interval() {
-                    Some(_) => Some(due.map_or(cfg.tick, |d| d.min(cfg.tick))),
-                    // No bare timer with the poll off: the next fire, or a change.
-                    None => due,
+                // With the poll off, no bare timer: the next fire, or a change.
+                match (due, shared.poll_interval()) {
+                    (Some(d), Some(p)) => Some(d.min(p)),
+                    (d, p) => d.or(p),
                 }
             }
+            Err(e) if denied(&e) => return not_allowed(&shared),
             Err(e) => {
                 failures += 1;
                 warn(&e, failures, "scheduler round failed");
@@ -74,12 +82,16 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
 /// For a worker that runs until idle: registers its schedules and runs one round first, so
 /// that a worker started from cron (`skiplock work --drain`) also fires what is due.
 pub(crate) async fn run_until_idle(shared: &Shared, periodic: Periodic) {
-    if let Err(e) = register(&shared.client, &periodic).await {
-        warn(&e, 1, "could not register the worker's schedules");
-        return;
-    }
-    if let Err(e) = locked_round(&shared.client, &periodic.config).await {
-        warn(&e, 1, "scheduler round failed");
+    let done = match register(&shared.client, &periodic).await {
+        Ok(()) => locked_round(&shared.client, &periodic.config)
+            .await
+            .map(drop),
+        Err(e) => Err(e),
+    };
+    match done {
+        Ok(()) => {}
+        Err(e) if denied(&e) => not_allowed(shared),
+        Err(e) => warn(&e, 1, "scheduler round failed"),
     }
 }
 
@@ -122,6 +134,18 @@ fn lock_key(client: &Client) -> i64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     i64::from_ne_bytes(h.to_ne_bytes())
+}
+
+fn denied(e: &Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+}
+
+fn not_allowed(shared: &Shared) {
+    tracing::warn!(
+        schema = %shared.client.schema(),
+        "this role may not use the schedules table: this worker fires no periodic job \
+         (grant SELECT, INSERT, UPDATE, DELETE on it to use them)"
+    );
 }
 
 fn no_table(e: &Error) -> bool {
