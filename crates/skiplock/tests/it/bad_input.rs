@@ -112,8 +112,8 @@ async fn bad_jobs_are_refused_and_nothing_changes() {
         .unwrap()
         .get(0);
     assert_eq!(
-        tables, 4,
-        "jobs, schema_migrations, jobs_archive, maintenance_locks"
+        tables, 5,
+        "jobs, schema_migrations, jobs_archive, maintenance_locks, schedules"
     );
 }
 

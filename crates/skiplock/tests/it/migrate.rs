@@ -92,7 +92,8 @@ async fn the_schema_has_the_article_table() {
             "created_at",
             "kind",
             "priority",
-            "finished_at"
+            "finished_at",
+            "schedule"
         ]
     );
     let idx: String = conn
