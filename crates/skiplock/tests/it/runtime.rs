@@ -724,17 +724,9 @@ async fn with_the_poll_off_a_job_scheduled_amid_a_burst_starts_on_time() {
             .enqueue(&NewJob::new("k", &name).delay(Duration::from_millis(300)))
             .await
             .unwrap();
-        eventually(
-            Duration::from_secs(5),
-            "the scheduled job started",
-            || async {
-                starts
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|(p, _)| p.contains(&name))
-            },
-        )
+        eventually(Duration::from_secs(5), "the scheduled job started", || async {
+            starts.lock().unwrap().iter().any(|(p, _)| p.contains(&name))
+        })
         .await;
         let started = starts
             .lock()
