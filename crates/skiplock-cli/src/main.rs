@@ -15,6 +15,7 @@ mod lab;
 mod output;
 mod parse;
 mod queue;
+mod schedule;
 mod serve;
 mod stats;
 mod work;
@@ -79,6 +80,11 @@ enum Command {
     Delete(admin::IdsArgs),
     /// Show one job.
     Show(admin::ShowArgs),
+    /// Periodic (cron) jobs: add, list, remove, pause, resume, run-now.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::Action,
+    },
     /// Reproduce the article's experiments on this database, in a scratch schema.
     Lab(lab::Args),
     /// Run 10,000 jobs through 8 workers, crash one, and summarise (a scratch schema).
@@ -227,6 +233,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel(args) => admin::ids(&target, admin::Action::Cancel, args).await,
         Command::Delete(args) => admin::ids(&target, admin::Action::Delete, args).await,
         Command::Show(args) => admin::show(&target, args).await,
+        Command::Schedule { action } => schedule::run(&target, action).await,
         Command::Lab(args) => lab::run(&target, args).await,
         Command::Demo(args) => demo::run(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,

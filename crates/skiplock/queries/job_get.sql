@@ -1,5 +1,5 @@
 -- One job by id, every column (payload as JSON text).
 SELECT id, queue, kind, payload::text AS payload, status, priority, run_at, attempts,
-       max_attempts, locked_until, last_error, created_at, finished_at
+       max_attempts, locked_until, last_error, created_at, finished_at, schedule
 FROM {schema}.jobs
 WHERE id = $1

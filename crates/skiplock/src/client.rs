@@ -213,7 +213,8 @@ impl ClientBuilder {
     ///
     /// The client renders its outcome and heartbeat statements without the
     /// `attempts = <claim's attempt>` part of their guard, so that a stale worker's late write
-    /// is applied to a job another claim now holds.
+    /// is applied to a job another claim now holds; and its schedule fires without their
+    /// cursor's compare-and-set, so that racing schedulers enqueue a fire more than once.
     #[doc(hidden)]
     pub fn unfenced_for_negative_control(mut self) -> Self {
         self.unfenced = true;

@@ -321,6 +321,9 @@ pub struct JobRow {
     pub created_at: SystemTime,
     /// `finished_at`
     pub finished_at: Option<SystemTime>,
+    /// `schedule`: the periodic schedule that enqueued the job (its `run_at` is then the fire
+    /// time), `None` for every other job.
+    pub schedule: Option<String>,
 }
 
 /// The result of a guarded write (complete, extend): whether the job was still this

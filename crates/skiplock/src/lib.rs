@@ -55,6 +55,7 @@ mod maintenance;
 mod migrate;
 mod notices;
 mod outcome;
+pub mod periodic;
 mod queue;
 mod schema;
 mod tls;
@@ -78,6 +79,7 @@ pub use job::{
 };
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
+pub use periodic::{Missed, Schedule};
 pub use queue::{QueuePause, QueueState, MAX_PAUSED_BY_LEN};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
 pub use unique::{

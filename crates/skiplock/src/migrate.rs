@@ -59,6 +59,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "queue_pause",
         sql: include_str!("../migrations/0007_queue_pause.sql"),
     },
+    Migration {
+        version: 8,
+        name: "periodic_jobs",
+        sql: include_str!("../migrations/0008_periodic_jobs.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

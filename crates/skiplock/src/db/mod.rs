@@ -14,6 +14,7 @@ pub(crate) mod health;
 pub(crate) mod job;
 pub(crate) mod maintenance;
 pub(crate) mod queue;
+pub(crate) mod schedule;
 pub(crate) mod schema;
 pub(crate) mod server;
 #[cfg(feature = "sqlx-0_8")]
@@ -163,6 +164,13 @@ templates! {
     Archive => archive => "job_archive.sql", "`queries/job_archive.sql`: move one batch of finished jobs to `jobs_archive`.",
     DeadTuples => dead_tuples => "job_dead_tuples.sql", "`queries/job_dead_tuples.sql`: the jobs table's dead tuples from the statistics system, and whether this role may vacuum it (the worker's vacuum service).",
     Vacuum => vacuum => "job_vacuum.sql", "`queries/job_vacuum.sql`: `VACUUM (SKIP_LOCKED)` of the jobs table (the worker's vacuum service).",
+    ScheduleUpsert => schedule_upsert => "schedule_upsert.sql", "`queries/schedule_upsert.sql`: add a schedule, or update its definition keeping its cursor ([`Client::add_schedule`](crate::Client::add_schedule)).",
+    ScheduleList => schedule_list => "schedule_list.sql", "`queries/schedule_list.sql`: the schedules and the database's clock (the scheduler's read, [`Client::schedules`](crate::Client::schedules)).",
+    ScheduleFire => schedule_fire => "schedule_fire.sql", "`queries/schedule_fire.sql`: advance a schedule's cursor and enqueue its due fires in one statement, guarded by the cursor's old value.",
+    ScheduleRemove => schedule_remove => "schedule_remove.sql", "`queries/schedule_remove.sql`: remove a schedule.",
+    SchedulePause => schedule_pause => "schedule_pause.sql", "`queries/schedule_pause.sql`: pause or resume a schedule (resuming moves its cursor to the present).",
+    ScheduleRunNow => schedule_run_now => "schedule_run_now.sql", "`queries/schedule_run_now.sql`: enqueue one job from a schedule now, without touching its cursor.",
+    ScheduleTryLock => schedule_try_lock => "schedule_try_lock.sql", "`queries/schedule_try_lock.sql`: the scheduler's transaction-scoped advisory lock: one round at a time across processes.",
     LockAcquire => lock_acquire => "lock_acquire.sql", "`queries/lock_acquire.sql`: take or renew a maintenance lock (a row, so that it works through PgBouncer).",
     LockRelease => lock_release => "lock_release.sql", "`queries/lock_release.sql`: release a maintenance lock.",
     HealthQueues => health_queues => "health_queues.sql", "`queries/health_queues.sql`: per queue and state: counts and the oldest ready job's age.",

@@ -202,6 +202,7 @@ pub struct WorkerBuilder {
     pub(super) queues: Vec<(String, usize)>,
     pub(super) cfg: WorkerConfig,
     pub(super) listen_url: Option<String>,
+    pub(crate) periodic: crate::periodic::Periodic,
 }
 
 impl WorkerBuilder {

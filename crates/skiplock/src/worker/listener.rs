@@ -12,7 +12,7 @@
 //! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
 //! on this worker at once (their results are dropped); `pause:<queue>` and `resume:<queue>`
 //! tell that queue's producer of a pause (it stops asking) or a resume (it claims at once);
-//! `probe:<token>` is a self-test.
+//! `schedule:changed` wakes the scheduler; `probe:<token>` is a self-test.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,6 +198,10 @@ fn on_notification(shared: &Shared, payload: &str) {
                 "job cancelled: telling its handler to stop; its result will be dropped"
             );
         }
+        return;
+    }
+    if payload.starts_with(crate::periodic::NOTIFY_PREFIX) {
+        shared.schedules_changed.notify_one();
         return;
     }
     for (prefix, paused) in [(PAUSE_PREFIX, true), (RESUME_PREFIX, false)] {

@@ -10,7 +10,7 @@
 //! waits between retries. The maintenance services (reaper, pruner, vacuum, idle-connection
 //! closer) live in [`crate::maintenance`].
 
-mod backoff;
+pub(crate) mod backoff;
 mod completer;
 mod config;
 mod events;
@@ -19,14 +19,14 @@ mod heartbeat;
 mod listener;
 mod outbox;
 mod producer;
-mod state;
+pub(crate) mod state;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::{broadcast, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -70,6 +70,7 @@ pub struct Worker {
     queues: HashMap<String, Arc<QueueSlot>>,
     listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     lease_us: i64,
+    periodic: crate::periodic::Periodic,
 }
 
 impl std::fmt::Debug for Worker {
@@ -92,6 +93,7 @@ impl WorkerBuilder {
     /// Checks the settings and builds the worker.
     pub fn build(self) -> Result<Worker> {
         self.registry.validate()?;
+        self.periodic.check()?;
         if self.queues.is_empty() {
             return Err(Error::invalid(
                 "worker",
@@ -148,6 +150,7 @@ impl WorkerBuilder {
             queues,
             listen_config,
             lease_us,
+            periodic: self.periodic,
         })
     }
 }
@@ -169,6 +172,7 @@ impl Worker {
             queues: Vec::new(),
             cfg: WorkerConfig::default(),
             listen_url: None,
+            periodic: Default::default(),
         }
     }
 
@@ -253,6 +257,7 @@ impl Worker {
             counters: self.counters,
             lease_us: self.lease_us,
             cfg: self.cfg,
+            schedules_changed: Notify::new(),
         });
         tracing::info!(
             schema = %shared.client.schema(),
@@ -267,6 +272,10 @@ impl Worker {
         services.spawn(heartbeat::run(shared.clone()));
         if mode == Mode::Serve {
             spawn_maintenance(&shared, &mut services);
+            services.spawn(crate::periodic::scheduler::run(
+                shared.clone(),
+                self.periodic,
+            ));
             if shared.listen_config.is_some() {
                 services.spawn(listener::run(shared.clone()));
             }
@@ -276,6 +285,7 @@ impl Worker {
                 tracing::warn!(error = %error_chain(e), "reaping failed");
             }
             shared.reaped(&pass);
+            crate::periodic::scheduler::run_until_idle(&shared, self.periodic).await;
         }
 
         let mut producers = JoinSet::new();

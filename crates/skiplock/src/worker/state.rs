@@ -198,6 +198,8 @@ pub(crate) struct Shared {
     pub activity: AtomicU64,
     pub counters: Arc<Counters>,
     pub lease_us: i64,
+    /// Woken by a notification that the schedules changed (see [`crate::periodic`]).
+    pub schedules_changed: Notify,
 }
 
 impl Shared {

@@ -113,7 +113,7 @@ async fn bad_jobs_are_refused_and_nothing_changes() {
         .get(0);
     assert_eq!(
         tables, 5,
-        "jobs, schema_migrations, jobs_archive, maintenance_locks, queues"
+        "jobs, schema_migrations, jobs_archive, maintenance_locks, queues, schedules"
     );
 }
 

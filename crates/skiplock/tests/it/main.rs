@@ -12,6 +12,7 @@ mod migrate;
 mod operations;
 mod outcomes;
 mod pause;
+mod periodic;
 mod pgbouncer;
 mod plans;
 mod privileges;

@@ -94,7 +94,8 @@ async fn the_schema_has_the_article_table() {
             "priority",
             "finished_at",
             "unique_key",
-            "unique_queued_only"
+            "unique_queued_only",
+            "schedule"
         ]
     );
     let idx: String = conn

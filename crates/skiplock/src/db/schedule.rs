@@ -1,0 +1,186 @@
+//! Periodic schedules: registration, the scheduler's read and its compare-and-set fire.
+
+use std::time::SystemTime;
+
+use tokio_postgres::types::Type;
+use tokio_postgres::{Error, GenericClient};
+
+use super::Sql;
+
+/// A schedule's definition, validated, as bound to `schedule_upsert.sql`.
+#[derive(Debug)]
+pub(crate) struct Definition<'a> {
+    pub name: &'a str,
+    pub cron: &'a str,
+    pub time_zone: &'a str,
+    pub queue: &'a str,
+    pub kind: &'a str,
+    pub payload: &'a str,
+    pub priority: i16,
+    pub max_attempts: i32,
+    pub missed: String,
+}
+
+/// One row of `schedule_list.sql`.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub name: String,
+    pub cron: String,
+    pub time_zone: String,
+    pub queue: String,
+    pub kind: String,
+    pub payload: String,
+    pub priority: i16,
+    pub max_attempts: i32,
+    pub missed: String,
+    pub paused: bool,
+    pub last_fire_at: SystemTime,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+}
+
+/// Adds or updates a schedule: `Some(true)` added, `Some(false)` updated, `None` unchanged.
+pub(crate) async fn upsert<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    d: &Definition<'_>,
+) -> Result<Option<bool>, Error> {
+    let row = c
+        .query_typed_opt(
+            &sql.schedule_upsert,
+            &[
+                (&d.name, Type::TEXT),
+                (&d.cron, Type::TEXT),
+                (&d.time_zone, Type::TEXT),
+                (&d.queue, Type::TEXT),
+                (&d.kind, Type::TEXT),
+                (&d.payload, Type::TEXT),
+                (&d.priority, Type::INT2),
+                (&d.max_attempts, Type::INT4),
+                (&d.missed, Type::TEXT),
+            ],
+        )
+        .await?;
+    row.map(|r| r.try_get(0)).transpose()
+}
+
+/// The database's clock (or `now`, when given) and the schedules, paused ones only if asked.
+pub(crate) async fn list<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    now: Option<SystemTime>,
+    include_paused: bool,
+) -> Result<(SystemTime, Vec<Row>), Error> {
+    let rows = c
+        .query_typed(
+            &sql.schedule_list,
+            &[(&now, Type::TIMESTAMPTZ), (&include_paused, Type::BOOL)],
+        )
+        .await?;
+    let mut clock = now.unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        clock = r.try_get("now")?;
+        let Some(name) = r.try_get::<_, Option<String>>("name")? else {
+            continue;
+        };
+        out.push(Row {
+            name,
+            cron: r.try_get("cron")?,
+            time_zone: r.try_get("time_zone")?,
+            queue: r.try_get("queue")?,
+            kind: r.try_get("kind")?,
+            payload: r.try_get("payload")?,
+            priority: r.try_get("priority")?,
+            max_attempts: r.try_get("max_attempts")?,
+            missed: r.try_get("missed")?,
+            paused: r.try_get("paused")?,
+            last_fire_at: r.try_get("last_fire_at")?,
+            created_at: r.try_get("created_at")?,
+            updated_at: r.try_get("updated_at")?,
+        });
+    }
+    Ok((clock, out))
+}
+
+/// The compare-and-set fire: returns whether the cursor moved (this round won) and how many
+/// jobs were enqueued.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn fire<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    name: &str,
+    expected: SystemTime,
+    cursor: SystemTime,
+    fires: &[SystemTime],
+    cron: &str,
+    time_zone: &str,
+) -> Result<(bool, u64), Error> {
+    let r = c
+        .query_typed_one(
+            &sql.schedule_fire,
+            &[
+                (&name, Type::TEXT),
+                (&expected, Type::TIMESTAMPTZ),
+                (&cursor, Type::TIMESTAMPTZ),
+                (&fires, Type::TIMESTAMPTZ_ARRAY),
+                (&cron, Type::TEXT),
+                (&time_zone, Type::TEXT),
+            ],
+        )
+        .await?;
+    let advanced: i64 = r.try_get("advanced")?;
+    let fired: i64 = r.try_get("fired")?;
+    Ok((advanced > 0, u64::try_from(fired).unwrap_or(0)))
+}
+
+/// Removes a schedule; whether it existed.
+pub(crate) async fn remove<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    name: &str,
+) -> Result<bool, Error> {
+    Ok(
+        c.execute_typed(&sql.schedule_remove, &[(&name, Type::TEXT)])
+            .await?
+            > 0,
+    )
+}
+
+/// Pauses or resumes a schedule; whether it exists.
+pub(crate) async fn set_paused<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    name: &str,
+    paused: bool,
+) -> Result<bool, Error> {
+    Ok(c.execute_typed(
+        &sql.schedule_pause,
+        &[(&name, Type::TEXT), (&paused, Type::BOOL)],
+    )
+    .await?
+        > 0)
+}
+
+/// Enqueues one job from a schedule now; its id, or `None` if there is no such schedule.
+pub(crate) async fn run_now<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    name: &str,
+) -> Result<Option<i64>, Error> {
+    c.query_typed_opt(&sql.schedule_run_now, &[(&name, Type::TEXT)])
+        .await?
+        .map(|r| r.try_get(0))
+        .transpose()
+}
+
+/// Whether this transaction may run a scheduler round (see `schedule_try_lock.sql`).
+pub(crate) async fn try_lock<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    key: i64,
+) -> Result<bool, Error> {
+    c.query_typed_one(&sql.schedule_try_lock, &[(&key, Type::INT8)])
+        .await?
+        .try_get(0)
+}
