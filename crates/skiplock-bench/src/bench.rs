@@ -248,8 +248,12 @@ pub async fn throughput(
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct CeilingPoint {
-    /// Loops running at once, each on its own connection.
+    /// Claim loops running at once, each on its own connection.
     pub loops: usize,
+    /// Whether the outcomes were written by one separate loop in batches of up to 1,000
+    /// (as the worker's completer writes them) while the claim loops went on claiming,
+    /// rather than by each claim loop after its own claim.
+    pub pipelined: bool,
     /// Jobs per claim.
     pub batch: u32,
     /// Jobs processed.
@@ -292,6 +296,81 @@ pub async fn ceiling(
     s.drop_now().await?;
     Ok(CeilingPoint {
         loops,
+        pipelined: false,
+        batch,
+        jobs: done,
+        jobs_per_s: done as f64 / secs.max(1e-9),
+    })
+}
+
+/// The ceiling with the worker's shape: `loops` claim loops, each on its own connection,
+/// hand what they claim to one finishing loop on a connection of its own, which writes every
+/// outcome that has arrived (up to 1,000, the worker's `max_finish_batch`) in one statement
+/// while the claim loops go on claiming. The same two statements as [`ceiling`].
+pub async fn ceiling_pipelined(
+    url: &str,
+    base: &str,
+    jobs: usize,
+    batch: u32,
+    loops: usize,
+) -> Result<CeilingPoint> {
+    const MAX_FINISH: usize = 1_000;
+    let loops = loops.max(1);
+    let s = Scratch::new(url, base, "ceilp", loops + 2).await?;
+    s.fill(jobs).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<(i64, i32)>>();
+    let started = Instant::now();
+    let mut claimers = Vec::new();
+    for _ in 0..loops {
+        let (client, tx) = (s.client.clone(), tx.clone());
+        claimers.push(tokio::spawn(async move {
+            const OP: &str = "run a pipelined ceiling claim loop";
+            let conn = conn(&client, OP).await?;
+            let claim = client.statement(skiplock::Statement::Claim);
+            let limit = i64::from(batch);
+            loop {
+                let jobs = db::claim(&**conn, claim, QUEUE, limit, LEASE_US)
+                    .await
+                    .map_err(Error::db(OP))?;
+                if jobs.is_empty() || tx.send(jobs).is_err() {
+                    return Ok::<(), Error>(());
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let client = s.client.clone();
+    let finisher = tokio::spawn(async move {
+        const OP: &str = "run the pipelined ceiling finish loop";
+        let conn = conn(&client, OP).await?;
+        let finish = client.statement(skiplock::Statement::FinishMany);
+        let mut done = 0usize;
+        while let Some(first) = rx.recv().await {
+            let mut pending = first;
+            while pending.len() < MAX_FINISH {
+                match rx.try_recv() {
+                    Ok(more) => pending.extend(more),
+                    Err(_) => break,
+                }
+            }
+            let results = db::finish_complete(&**conn, finish, &pending)
+                .await
+                .map_err(Error::db(OP))?;
+            done += results.iter().filter(|r| *r == "written").count();
+        }
+        Ok::<usize, Error>(done)
+    });
+    for c in claimers {
+        c.await.map_err(Error::task("a ceiling claim task"))??;
+    }
+    let done = finisher
+        .await
+        .map_err(Error::task("the ceiling finish task"))??;
+    let secs = started.elapsed().as_secs_f64();
+    s.drop_now().await?;
+    Ok(CeilingPoint {
+        loops,
+        pipelined: true,
         batch,
         jobs: done,
         jobs_per_s: done as f64 / secs.max(1e-9),
