@@ -112,7 +112,7 @@ async fn bad_jobs_are_refused_and_nothing_changes() {
         .unwrap()
         .get(0);
     assert_eq!(
-        tables, 5,
+        tables, 6,
         "jobs, schema_migrations, jobs_archive, maintenance_locks, queues, schedules"
     );
 }

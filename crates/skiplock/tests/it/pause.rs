@@ -404,11 +404,15 @@ async fn the_upgrade_gives_roles_their_jobs_rights_on_queues() {
     let schema = b.client.schema().quoted().to_owned();
     let role_name = format!("{}_old", b.db.schema());
     let reader_name = format!("{}_reader", b.db.schema());
-    // The schema as it was before migration 7, with the grants of that time.
+    // The schema as it was before migration 7 (and so before 8), with the grants of that time.
     b.raw
         .batch_execute(&format!(
-            "DROP TABLE queues;
-             DELETE FROM schema_migrations WHERE version = 7;
+            "DROP TABLE schedules;
+             DROP FUNCTION schedules_notify();
+             ALTER TABLE jobs DROP COLUMN schedule;
+             ALTER TABLE jobs_archive DROP COLUMN schedule;
+             DROP TABLE queues;
+             DELETE FROM schema_migrations WHERE version IN (7, 8);
              CREATE ROLE \"{role_name}\" LOGIN;
              CREATE ROLE \"{reader_name}\" LOGIN;
              GRANT USAGE ON SCHEMA {schema} TO \"{role_name}\", \"{reader_name}\";
@@ -420,7 +424,10 @@ async fn the_upgrade_gives_roles_their_jobs_rights_on_queues() {
         .await
         .unwrap();
     let report = b.client.migrate().await.unwrap();
-    assert_eq!(report.applied, vec![(7, "queue_pause")]);
+    assert_eq!(
+        report.applied,
+        vec![(7, "queue_pause"), (8, "periodic_jobs")]
+    );
 
     let as_role = |name: &str| {
         let mut cfg: tokio_postgres::Config = b.db.url().parse().unwrap();
