@@ -93,13 +93,19 @@ fn help_lists_every_command() {
         "lab",
         "demo",
         "pg",
+        "queue",
+        "schedule",
+        "serve",
+        "bench",
         "--database-url",
         "--schema",
         "DATABASE_URL",
     ] {
         assert!(help.contains(word), "{word} missing from:\n{help}");
     }
-    for sub in ["enqueue", "work", "prune", "lab", "demo", "stats"] {
+    for sub in [
+        "enqueue", "work", "prune", "lab", "demo", "stats", "queue", "schedule", "serve",
+    ] {
         assert!(run(None, &[sub, "--help"]).status.success(), "{sub} --help");
     }
 }
