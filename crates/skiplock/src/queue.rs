@@ -10,9 +10,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::caller_tx::{Conn, Executor};
+use crate::caller_tx::Executor;
 use crate::client::Client;
-use crate::db;
 use crate::error::{Error, Result};
 use crate::input;
 
@@ -86,19 +85,10 @@ impl Client {
     ) -> Result<QueuePause> {
         input::queue_name(queue)?;
         let by = paused_by(by)?;
-        let sql = self.store().sql();
-        let row = match conn.into_conn() {
-            Conn::TokioClient(c) => db::queue::pause(c, sql, queue, by)
-                .await
-                .map_err(Error::db(PAUSE))?,
-            Conn::TokioTx(t) => db::queue::pause(t, sql, queue, by)
-                .await
-                .map_err(Error::db(PAUSE))?,
-            #[cfg(feature = "sqlx-0_8")]
-            Conn::Sqlx(c) => db::queue::sqlx::pause(c, sql, queue, by)
-                .await
-                .map_err(|source| Error::Sqlx { op: PAUSE, source })?,
-        };
+        let row = self
+            .store()
+            .queue_pause(conn.into_conn(), queue, by)
+            .await?;
         Ok(QueuePause {
             queue: queue.to_owned(),
             paused: true,
@@ -124,19 +114,7 @@ impl Client {
         queue: &str,
     ) -> Result<QueuePause> {
         input::queue_name(queue)?;
-        let sql = self.store().sql();
-        let changed = match conn.into_conn() {
-            Conn::TokioClient(c) => db::queue::resume(c, sql, queue)
-                .await
-                .map_err(Error::db(RESUME))?,
-            Conn::TokioTx(t) => db::queue::resume(t, sql, queue)
-                .await
-                .map_err(Error::db(RESUME))?,
-            #[cfg(feature = "sqlx-0_8")]
-            Conn::Sqlx(c) => db::queue::sqlx::resume(c, sql, queue)
-                .await
-                .map_err(|source| Error::Sqlx { op: RESUME, source })?,
-        };
+        let changed = self.store().queue_resume(conn.into_conn(), queue).await?;
         Ok(QueuePause {
             queue: queue.to_owned(),
             paused: false,
@@ -153,9 +131,7 @@ impl Client {
     pub async fn queues(&self) -> Result<Vec<QueueState>> {
         const OP: &str = "list the queues";
         let conn = self.conn(OP).await?;
-        db::queue::list(&**conn, self.store().sql())
-            .await
-            .map_err(Error::db(OP))
+        self.store().queue_list(&**conn).await
     }
 }
 

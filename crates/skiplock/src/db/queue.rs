@@ -5,8 +5,46 @@
 use tokio_postgres::types::Type;
 use tokio_postgres::{Error, GenericClient, Row};
 
-use super::Sql;
+use super::{on_conn, Sql, Store};
+use crate::caller_tx::Conn;
 use crate::queue::QueueState;
+
+impl Store {
+    /// `queue_pause.sql`: pauses `queue` (for every worker), through the caller's connection.
+    pub(crate) async fn queue_pause(
+        &self,
+        conn: Conn<'_>,
+        queue: &str,
+        by: Option<&str>,
+    ) -> crate::error::Result<PauseRow> {
+        on_conn!(conn, "pause a queue",
+            |c| pause(c, &self.sql, queue, by),
+            sqlx: sqlx::pause(c, &self.sql, queue, by),
+        )
+    }
+
+    /// `queue_resume.sql`: resumes `queue`; whether it was paused.
+    pub(crate) async fn queue_resume(
+        &self,
+        conn: Conn<'_>,
+        queue: &str,
+    ) -> crate::error::Result<bool> {
+        on_conn!(conn, "resume a queue",
+            |c| resume(c, &self.sql, queue),
+            sqlx: sqlx::resume(c, &self.sql, queue),
+        )
+    }
+
+    /// `queue_list.sql`: every queue's pause and its queued, ready and running jobs.
+    pub(crate) async fn queue_list<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+    ) -> crate::error::Result<Vec<QueueState>> {
+        list(c, &self.sql)
+            .await
+            .map_err(crate::error::Error::db("list the queues"))
+    }
+}
 
 /// What `queue_pause.sql` returns.
 pub(crate) struct PauseRow {
@@ -15,7 +53,7 @@ pub(crate) struct PauseRow {
     pub changed: bool,
 }
 
-pub(crate) async fn pause<C: GenericClient + Sync>(
+async fn pause<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     queue: &str,
@@ -32,20 +70,13 @@ pub(crate) async fn pause<C: GenericClient + Sync>(
 }
 
 /// Whether the queue was paused.
-pub(crate) async fn resume<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    queue: &str,
-) -> Result<bool, Error> {
+async fn resume<C: GenericClient + Sync>(c: &C, sql: &Sql, queue: &str) -> Result<bool, Error> {
     c.query_typed_one(&sql.queue_resume, &[(&queue, Type::TEXT)])
         .await?
         .try_get("changed")
 }
 
-pub(crate) async fn list<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-) -> Result<Vec<QueueState>, Error> {
+async fn list<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueState>, Error> {
     let rows = c.query_typed(&sql.queue_list, &[]).await?;
     rows.iter().map(state).collect()
 }

@@ -5,7 +5,99 @@ use std::time::SystemTime;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Error, GenericClient};
 
-use super::Sql;
+use super::{Sql, Store};
+
+/// Runs a schedule statement, its error naming `op`.
+macro_rules! named {
+    ($op:expr, $e:expr) => {
+        $e.await.map_err(crate::error::Error::db($op))
+    };
+}
+
+impl Store {
+    /// `schedule_upsert.sql`: registers or updates a schedule, keeping its cursor; `None`
+    /// when unchanged, `Some(true)` when added, `Some(false)` when changed.
+    pub(crate) async fn schedule_upsert<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        d: &Definition<'_>,
+    ) -> crate::error::Result<Option<bool>> {
+        named!("register a schedule", upsert(c, &self.sql, d))
+    }
+
+    /// `schedule_list.sql`: the database's clock and the schedules (the paused ones too if
+    /// `include_paused`).
+    pub(crate) async fn schedule_list<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        now: Option<SystemTime>,
+        include_paused: bool,
+    ) -> crate::error::Result<(SystemTime, Vec<Row>)> {
+        named!(
+            "list the schedules",
+            list(c, &self.sql, now, include_paused)
+        )
+    }
+
+    /// `schedule_fire.sql`: the compare-and-set fire; whether the cursor moved, and how
+    /// many jobs it enqueued.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn schedule_fire<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+        expected: SystemTime,
+        cursor: SystemTime,
+        fires: &[SystemTime],
+        cron: &str,
+        time_zone: &str,
+    ) -> crate::error::Result<(bool, u64)> {
+        named!(
+            "fire a schedule",
+            fire(c, &self.sql, name, expected, cursor, fires, cron, time_zone)
+        )
+    }
+
+    /// `schedule_remove.sql`: whether the schedule existed.
+    pub(crate) async fn schedule_remove<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+    ) -> crate::error::Result<bool> {
+        named!("remove a schedule", remove(c, &self.sql, name))
+    }
+
+    /// `schedule_pause.sql`: pauses or resumes a schedule; whether it exists.
+    pub(crate) async fn schedule_set_paused<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+        paused: bool,
+    ) -> crate::error::Result<bool> {
+        named!(
+            "pause or resume a schedule",
+            set_paused(c, &self.sql, name, paused)
+        )
+    }
+
+    /// `schedule_run_now.sql`: enqueues one job of the schedule now, cursor untouched.
+    pub(crate) async fn schedule_run_now<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        name: &str,
+    ) -> crate::error::Result<Option<i64>> {
+        named!("run a schedule now", run_now(c, &self.sql, name))
+    }
+
+    /// `schedule_try_lock.sql`: the scheduler's transaction-scoped advisory lock.
+    pub(crate) async fn schedule_try_lock<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        key: i64,
+    ) -> crate::error::Result<bool> {
+        named!("take the scheduler's lock", try_lock(c, &self.sql, key))
+    }
+}
 
 /// A schedule's definition, validated, as bound to `schedule_upsert.sql`.
 #[derive(Debug)]
@@ -40,7 +132,7 @@ pub(crate) struct Row {
 }
 
 /// Adds or updates a schedule: `Some(true)` added, `Some(false)` updated, `None` unchanged.
-pub(crate) async fn upsert<C: GenericClient + Sync>(
+async fn upsert<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     d: &Definition<'_>,
@@ -65,7 +157,7 @@ pub(crate) async fn upsert<C: GenericClient + Sync>(
 }
 
 /// The database's clock (or `now`, when given) and the schedules, paused ones only if asked.
-pub(crate) async fn list<C: GenericClient + Sync>(
+async fn list<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     now: Option<SystemTime>,
@@ -106,7 +198,7 @@ pub(crate) async fn list<C: GenericClient + Sync>(
 /// The compare-and-set fire: returns whether the cursor moved (this round won) and how many
 /// jobs were enqueued.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn fire<C: GenericClient + Sync>(
+async fn fire<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     name: &str,
@@ -135,11 +227,7 @@ pub(crate) async fn fire<C: GenericClient + Sync>(
 }
 
 /// Removes a schedule; whether it existed.
-pub(crate) async fn remove<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    name: &str,
-) -> Result<bool, Error> {
+async fn remove<C: GenericClient + Sync>(c: &C, sql: &Sql, name: &str) -> Result<bool, Error> {
     Ok(
         c.execute_typed(&sql.schedule_remove, &[(&name, Type::TEXT)])
             .await?
@@ -148,7 +236,7 @@ pub(crate) async fn remove<C: GenericClient + Sync>(
 }
 
 /// Pauses or resumes a schedule; whether it exists.
-pub(crate) async fn set_paused<C: GenericClient + Sync>(
+async fn set_paused<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     name: &str,
@@ -163,7 +251,7 @@ pub(crate) async fn set_paused<C: GenericClient + Sync>(
 }
 
 /// Enqueues one job from a schedule now; its id, or `None` if there is no such schedule.
-pub(crate) async fn run_now<C: GenericClient + Sync>(
+async fn run_now<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     name: &str,
@@ -175,11 +263,7 @@ pub(crate) async fn run_now<C: GenericClient + Sync>(
 }
 
 /// Whether this transaction may run a scheduler round (see `schedule_try_lock.sql`).
-pub(crate) async fn try_lock<C: GenericClient + Sync>(
-    c: &C,
-    sql: &Sql,
-    key: i64,
-) -> Result<bool, Error> {
+async fn try_lock<C: GenericClient + Sync>(c: &C, sql: &Sql, key: i64) -> Result<bool, Error> {
     c.query_typed_one(&sql.schedule_try_lock, &[(&key, Type::INT8)])
         .await?
         .try_get(0)

@@ -1,14 +1,16 @@
 //! The maintenance services that keep a queue healthy besides running jobs, one file each:
 //! [`reaper`] (expired leases back to the queue), [`pruner`] (finished jobs deleted or
-//! archived), [`vacuum`] (the jobs table's dead row versions) and [`idle`] (closing idle pool
-//! connections).
+//! archived), [`vacuum`] (the jobs table's dead row versions), [`idle`] (closing idle pool
+//! connections) and [`scheduler`] (periodic jobs' fires).
 //!
 //! Every service has the same shape: a config struct whose fields document their defaults, a
 //! `run_once` that does one round and returns its counts in a small report, and a [`Service`]
 //! value that [`drive`] runs on its interval until told to stop. A worker drives all four;
 //! [`Client::reap`](crate::Client::reap) and [`Client::prune`](crate::Client::prune) call the
-//! reaper's and the pruner's `run_once` themselves, under the same exclusion. A later
-//! service (a periodic-job scheduler, say) takes the same shape and is driven the same way.
+//! reaper's and the pruner's `run_once` themselves, under the same exclusion. The scheduler
+//! has its round ([`crate::periodic::run_once`]) and its config
+//! ([`crate::periodic::SchedulerConfig`]) in the same shape, but a loop of its own: it sleeps
+//! until the next fire and wakes on a schedule change, which an interval cannot express.
 //!
 //! Each service is excluded as its work requires. The reaper's round is one short transaction,
 //! so it is elected by a transaction-scoped advisory lock (`reaper_try_lock.sql`, keyed by
@@ -19,13 +21,17 @@
 //! transaction-scoped lock cannot cover them and a session lock would not survive such a
 //! proxy: they are elected by a maintenance lock, a row in `maintenance_locks` with a holder
 //! and an expiry ([`LeaseLock`]: `lock_acquire.sql`, `lock_release.sql`), which a process
-//! that dies mid-round gives up when it expires. The idle-connection closer is not excluded
+//! that dies mid-round gives up when it expires. The scheduler's round is one transaction, so
+//! it is elected like the reaper (`schedule_try_lock.sql`); its correctness does not rest on
+//! the lock (each fire is a compare-and-set on the schedule's cursor), the lock only saves
+//! racing rounds. The idle-connection closer is not excluded
 //! at all: it only closes this process's own pool connections and sends no statement, so
 //! every process runs its own.
 
 pub(crate) mod idle;
 pub(crate) mod pruner;
 pub(crate) mod reaper;
+pub(crate) mod scheduler;
 pub(crate) mod vacuum;
 
 use std::future::Future;

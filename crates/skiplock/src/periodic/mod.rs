@@ -33,7 +33,6 @@
 //! one round first.
 
 mod schedule;
-pub(crate) mod scheduler;
 
 use std::time::{Duration, SystemTime};
 
@@ -279,10 +278,8 @@ pub(crate) async fn round<C: GenericClient + Sync>(
     config: &SchedulerConfig,
     now: Option<SystemTime>,
 ) -> Result<FireReport> {
-    let sql = client.store().sql();
-    let (clock, rows) = db::schedule::list(c, sql, now, false)
-        .await
-        .map_err(Error::db(ROUND))?;
+    let store = client.store();
+    let (clock, rows) = store.schedule_list(c, now, false).await?;
     let now = to_chrono(clock);
     let mut report = FireReport {
         now: clock,
@@ -319,18 +316,17 @@ pub(crate) async fn round<C: GenericClient + Sync>(
             continue;
         };
         let fires: Vec<SystemTime> = plan.fires.iter().copied().map(to_system).collect();
-        let (won, enqueued) = db::schedule::fire(
-            c,
-            sql,
-            &row.name,
-            row.last_fire_at,
-            to_system(cursor),
-            &fires,
-            &row.cron,
-            &row.time_zone,
-        )
-        .await
-        .map_err(Error::db(ROUND))?;
+        let (won, enqueued) = store
+            .schedule_fire(
+                c,
+                &row.name,
+                row.last_fire_at,
+                to_system(cursor),
+                &fires,
+                &row.cron,
+                &row.time_zone,
+            )
+            .await?;
         if !won {
             report.conflicts += 1;
             tracing::debug!(schedule = %row.name, "another round fired it first");
@@ -376,16 +372,11 @@ impl Client {
             missed: schedule.missed.to_string(),
         };
         let conn = self.conn(OP).await?;
-        Ok(
-            match db::schedule::upsert(&**conn, self.store().sql(), &d)
-                .await
-                .map_err(Error::db(OP))?
-            {
-                Some(true) => ScheduleChange::Added,
-                Some(false) => ScheduleChange::Updated,
-                None => ScheduleChange::Unchanged,
-            },
-        )
+        Ok(match self.store().schedule_upsert(&**conn, &d).await? {
+            Some(true) => ScheduleChange::Added,
+            Some(false) => ScheduleChange::Updated,
+            None => ScheduleChange::Unchanged,
+        })
     }
 
     /// Every schedule, paused ones included, by name, with its next fire by the database's
@@ -393,9 +384,7 @@ impl Client {
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
         const OP: &str = "list the schedules";
         let conn = self.conn(OP).await?;
-        let (_, rows) = db::schedule::list(&**conn, self.store().sql(), None, true)
-            .await
-            .map_err(Error::db(OP))?;
+        let (_, rows) = self.store().schedule_list(&**conn, None, true).await?;
         Ok(rows
             .into_iter()
             .map(|r| {
@@ -432,9 +421,7 @@ impl Client {
         const OP: &str = "remove a schedule";
         schedule_name(name)?;
         let conn = self.conn(OP).await?;
-        db::schedule::remove(&**conn, self.store().sql(), name)
-            .await
-            .map_err(Error::db(OP))
+        self.store().schedule_remove(&**conn, name).await
     }
 
     /// Pauses the schedule `name`: it does not fire until resumed. Whether there is one.
@@ -452,9 +439,9 @@ impl Client {
         const OP: &str = "pause or resume a schedule";
         schedule_name(name)?;
         let conn = self.conn(OP).await?;
-        db::schedule::set_paused(&**conn, self.store().sql(), name, paused)
+        self.store()
+            .schedule_set_paused(&**conn, name, paused)
             .await
-            .map_err(Error::db(OP))
     }
 
     /// Enqueues one job from the schedule `name` now (paused or not), without touching its
@@ -464,9 +451,10 @@ impl Client {
         const OP: &str = "run a schedule now";
         schedule_name(name)?;
         let conn = self.conn(OP).await?;
-        Ok(db::schedule::run_now(&**conn, self.store().sql(), name)
-            .await
-            .map_err(Error::db(OP))?
+        Ok(self
+            .store()
+            .schedule_run_now(&**conn, name)
+            .await?
             .map(JobId))
     }
 }

@@ -272,7 +272,7 @@ impl Worker {
         services.spawn(heartbeat::run(shared.clone()));
         if mode == Mode::Serve {
             spawn_maintenance(&shared, &mut services);
-            services.spawn(crate::periodic::scheduler::run(
+            services.spawn(crate::maintenance::scheduler::run(
                 shared.clone(),
                 self.periodic,
             ));
@@ -285,7 +285,7 @@ impl Worker {
                 tracing::warn!(error = %error_chain(e), "reaping failed");
             }
             shared.reaped(&pass);
-            crate::periodic::scheduler::run_until_idle(&shared, self.periodic).await;
+            crate::maintenance::scheduler::run_until_idle(&shared, self.periodic).await;
         }
 
         let mut producers = JoinSet::new();

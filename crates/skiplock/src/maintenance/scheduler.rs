@@ -1,5 +1,5 @@
 //! The worker's scheduler service: registers the worker's schedules, then runs rounds
-//! ([`super::round`]) one at a time across all processes (a transaction-scoped advisory
+//! ([`crate::periodic::round`]) one at a time across all processes (a transaction-scoped advisory
 //! lock; a process that finds it taken tries again a tick later), sleeping in between until
 //! the next fire. A change to the schedules (heard through the LISTEN connection) wakes it
 //! at once; the fallback poll in force, if any, bounds the sleep, for changes whose
@@ -12,10 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{round, FireReport, Periodic, SchedulerConfig};
 use crate::client::Client;
-use crate::db;
-use crate::error::{Error, Result};
+use crate::error::{error_chain, Error, Result};
+use crate::periodic::{round, FireReport, Periodic, SchedulerConfig};
 use crate::worker::state::Shared;
 
 /// Added to a sleep until a fire, so that the round after it finds the fire due although
@@ -111,15 +110,13 @@ pub(crate) async fn locked_round(
 ) -> Result<Option<FireReport>> {
     const OP: &str = "run a scheduler round";
     let mut conn = client.conn(OP).await?;
-    let tx = conn.transaction().await.map_err(Error::db(OP))?;
-    if !db::schedule::try_lock(&*tx, client.store().sql(), lock_key(client))
-        .await
-        .map_err(Error::db(OP))?
-    {
+    let store = client.store();
+    let tx = store.begin(&mut conn, OP).await?;
+    if !store.schedule_try_lock(&*tx, lock_key(client)).await? {
         return Ok(None);
     }
     let report = round(&*tx, client, cfg, None).await?;
-    tx.commit().await.map_err(Error::db(OP))?;
+    store.commit(tx, OP).await?;
     Ok(Some(report))
 }
 
@@ -178,16 +175,4 @@ async fn sleep(d: Option<Duration>) {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
     }
-}
-
-/// The error and its causes on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s.replace('\n', " ")
 }
