@@ -12,10 +12,11 @@ use deadpool_postgres::Object;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error as PgError, GenericClient, Row};
 
+pub(crate) use super::write::{ascii_escaped, Finish, Verdict, Written};
+use super::write::{extend_many, finish_many, written};
 use super::{job_state, on_conn, Sql, Store};
 use crate::caller_tx::Conn;
 use crate::job::{ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob};
-use crate::outcome::Outcome;
 
 use crate::error::{Error, Result};
 
@@ -256,7 +257,7 @@ impl Store {
 /// statements (one round trip, PgBouncer-safe).
 pub(crate) type Cache<'a> = Option<&'a deadpool_postgres::ClientWrapper>;
 
-async fn rows<C: GenericClient + Sync>(
+pub(super) async fn rows<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
     statement: &str,
@@ -386,190 +387,6 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
         finished_at: r.try_get("finished_at")?,
         schedule: r.try_get("schedule")?,
     })
-}
-
-/// What a batched guarded write did to one element of its batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict<T> {
-    /// The guard held and the row was written.
-    Applied(T),
-    /// The guard did not hold: the job is no longer this claim's.
-    Lost,
-    /// Another session held the row locked: nothing was written, nothing is known; try
-    /// again shortly.
-    Busy,
-}
-
-impl<T> Verdict<T> {
-    pub(crate) fn is_busy(&self) -> bool {
-        matches!(self, Verdict::Busy)
-    }
-}
-
-/// A written outcome: the job's new status and run_at, and run_at - now() in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Written {
-    pub state: JobState,
-    pub run_at: SystemTime,
-    pub retry_in_us: i64,
-}
-
-/// One job's outcome, as bound to `job_finish_many.sql`.
-#[derive(Debug, Clone)]
-pub(crate) struct Finish {
-    pub id: JobId,
-    /// The job's queue (not sent: the worker wakes that queue when the job is due again).
-    pub queue: String,
-    pub attempt: i32,
-    pub outcome: Outcome,
-}
-
-impl Finish {
-    /// A successful attempt of a job claimed outside the worker (no queue to wake).
-    pub(crate) fn complete(id: JobId, attempt: i32) -> Finish {
-        Finish {
-            id,
-            queue: String::new(),
-            attempt,
-            outcome: Outcome::Complete,
-        }
-    }
-}
-
-/// Places each row's verdict at its input position (`n`, 1-based). An element the
-/// statement returned nothing for (a duplicate id in one batch) counts as lost.
-fn by_position<T>(
-    len: usize,
-    rows: &[Row],
-    verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, PgError>,
-) -> Result<Vec<Verdict<T>>, PgError> {
-    let mut out: Vec<Verdict<T>> = (0..len).map(|_| Verdict::Lost).collect();
-    for r in rows {
-        let n: i64 = r.try_get("n")?;
-        let result: &str = r.try_get("result")?;
-        let v = verdict(r, result)?;
-        if let Some(slot) = usize::try_from(n)
-            .ok()
-            .and_then(|n| n.checked_sub(1))
-            .and_then(|i| out.get_mut(i))
-        {
-            *slot = v;
-        }
-    }
-    Ok(out)
-}
-
-/// A written outcome as the statement returns it: the status still as text.
-struct RawWritten {
-    status: String,
-    run_at: SystemTime,
-    retry_in_us: i64,
-}
-
-/// A raw verdict with its status read as a [`JobState`]; any other status is an
-/// [`Error::Decode`](crate::Error::Decode) for `op`.
-fn written(op: &'static str, v: Verdict<RawWritten>) -> Result<Verdict<Written>> {
-    Ok(match v {
-        Verdict::Applied(w) => Verdict::Applied(Written {
-            state: job_state(op, &w.status)?,
-            run_at: w.run_at,
-            retry_in_us: w.retry_in_us,
-        }),
-        Verdict::Lost => Verdict::Lost,
-        Verdict::Busy => Verdict::Busy,
-    })
-}
-
-/// Writes many outcomes; returns one verdict per element of `batch`, in its order.
-async fn finish_many<C: GenericClient + Sync>(
-    c: &C,
-    cache: Cache<'_>,
-    sql: &Sql,
-    batch: &[Finish],
-) -> Result<Vec<Verdict<RawWritten>>, PgError> {
-    if batch.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids: Vec<i64> = batch.iter().map(|f| f.id.0).collect();
-    let attempts: Vec<i32> = batch.iter().map(|f| f.attempt).collect();
-    let outcomes: Vec<&str> = batch.iter().map(|f| f.outcome.sql_name()).collect();
-    let errors: Vec<&str> = batch.iter().map(|f| f.outcome.error()).collect();
-    let delays: Vec<i64> = batch.iter().map(|f| f.outcome.delay_us()).collect();
-    let (bases, caps): (Vec<i64>, Vec<i64>) = batch.iter().map(|f| f.outcome.backoff_us()).unzip();
-    let rows = rows(
-        c,
-        cache,
-        &sql.finish_many,
-        &[
-            (&ids, Type::INT8_ARRAY),
-            (&attempts, Type::INT4_ARRAY),
-            (&outcomes, Type::TEXT_ARRAY),
-            (&errors, Type::TEXT_ARRAY),
-            (&delays, Type::INT8_ARRAY),
-            (&bases, Type::INT8_ARRAY),
-            (&caps, Type::INT8_ARRAY),
-        ],
-    )
-    .await?;
-    by_position(batch.len(), &rows, |r, result| {
-        Ok(match result {
-            "written" => Verdict::Applied(RawWritten {
-                status: r.try_get("status")?,
-                run_at: r.try_get("run_at")?,
-                retry_in_us: r.try_get("retry_in_us")?,
-            }),
-            "busy" => Verdict::Busy,
-            _ => Verdict::Lost,
-        })
-    })
-}
-
-/// Renews many leases; returns one verdict per element of `jobs`, in its order.
-async fn extend_many<C: GenericClient + Sync>(
-    c: &C,
-    cache: Cache<'_>,
-    sql: &Sql,
-    jobs: &[(JobId, i32)],
-    lease_us: i64,
-) -> Result<Vec<Verdict<()>>, PgError> {
-    if jobs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids: Vec<i64> = jobs.iter().map(|j| j.0 .0).collect();
-    let attempts: Vec<i32> = jobs.iter().map(|j| j.1).collect();
-    let rows = rows(
-        c,
-        cache,
-        &sql.extend_many,
-        &[
-            (&ids, Type::INT8_ARRAY),
-            (&attempts, Type::INT4_ARRAY),
-            (&lease_us, Type::INT8),
-        ],
-    )
-    .await?;
-    by_position(jobs.len(), &rows, |_, result| {
-        Ok(match result {
-            "renewed" => Verdict::Applied(()),
-            "busy" => Verdict::Busy,
-            _ => Verdict::Lost,
-        })
-    })
-}
-
-/// `s` with every character outside printable ASCII written as `\u{..}`: text that any
-/// server encoding can store (for error messages a database refused to encode).
-pub(crate) fn ascii_escaped(s: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        if ch.is_ascii() && (!ch.is_ascii_control() || ch == '\n' || ch == '\t') {
-            out.push(ch);
-        } else {
-            let _ = write!(out, "\\u{{{:x}}}", u32::from(ch));
-        }
-    }
-    out
 }
 
 /// Runs one of the admin statements (retry, cancel, delete) over `ids`; returns the ids it

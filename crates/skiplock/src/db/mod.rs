@@ -20,6 +20,7 @@ pub(crate) mod server;
 #[cfg(feature = "sqlx-0_8")]
 pub(crate) mod sqlx;
 pub(crate) mod unique;
+pub(crate) mod write;
 
 use crate::error::Error;
 use crate::schema::Schema;
