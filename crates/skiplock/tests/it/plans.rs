@@ -291,25 +291,31 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
         )
         .await;
         // Same plan, and no dearer than the check's probe (planned back to back, without
-        // running, so that both see the same table).
-        let with = explain(&mut b, "COSTS", &claim, &[&"default", &batch, &lease]).await;
-        let without = explain(&mut b, "COSTS", &unchecked, &[&"default", &batch, &lease]).await;
-        assert_eq!(shape(&with), shape(&without), "{with:#}\n{without:#}");
-        let mut all = Vec::new();
-        nodes(&with, false, &mut all);
-        let probes: Vec<&Value> = all
-            .iter()
-            .filter(|(n, _)| n["Relation Name"] == "queues")
-            .map(|(n, _)| n)
-            .collect();
-        assert_eq!(probes.len(), 1, "{with:#}");
-        let probe_cost = probes[0]["Total Cost"].as_f64().unwrap();
-        let cost = |p: &Value| p["Total Cost"].as_f64().unwrap();
-        assert!(
-            cost(&with) <= cost(&without) + probe_cost + 0.01,
-            "the check costs {} more than its probe ({probe_cost}):\n{with:#}",
-            cost(&with) - cost(&without)
-        );
+        // running, so that both see the same table; planned again if an autoanalyze of
+        // another test's table moved the estimates in between).
+        for attempt in 1..=3 {
+            let with = explain(&mut b, "COSTS", &claim, &[&"default", &batch, &lease]).await;
+            let without = explain(&mut b, "COSTS", &unchecked, &[&"default", &batch, &lease]).await;
+            assert_eq!(shape(&with), shape(&without), "{with:#}\n{without:#}");
+            let mut all = Vec::new();
+            nodes(&with, false, &mut all);
+            let probes: Vec<&Value> = all
+                .iter()
+                .filter(|(n, _)| n["Relation Name"] == "queues")
+                .map(|(n, _)| n)
+                .collect();
+            assert_eq!(probes.len(), 1, "{with:#}");
+            let probe_cost = probes[0]["Total Cost"].as_f64().unwrap();
+            let cost = |p: &Value| p["Total Cost"].as_f64().unwrap();
+            let extra = cost(&with) - cost(&without);
+            if extra <= probe_cost + 0.01 {
+                break;
+            }
+            assert!(
+                attempt < 3,
+                "the check costs {extra} more than its probe ({probe_cost}):\n{with:#}\n{without:#}"
+            );
+        }
 
         // Run: the probe runs once, under an InitPlan.
         let ran = explain(&mut b, "ANALYZE", &claim, &[&"default", &batch, &lease]).await;
