@@ -542,6 +542,80 @@ async fn server_version(url: &str) -> Option<String> {
 
 /// The throughput scenario: the raw-SQL ceiling at 1 to 16 loops (its best is the physical
 /// limit of the statements on this server), then worker points as ratios of that best.
+/// The throughput scenario's runs: which ceiling shapes, which worker points.
+struct ThroughputPlan {
+    loops: Vec<usize>,
+    pipelined: Vec<usize>,
+    points: Vec<bench::WorkerSetup>,
+    frozen_runs: usize,
+    frozen_concurrency: usize,
+}
+
+impl ThroughputPlan {
+    fn new(args: &Args) -> anyhow::Result<ThroughputPlan> {
+        use bench::WorkerSetup as W;
+        let q = args.quick;
+        if args.concurrency == Some(0) || args.batch == Some(0) || args.claims_in_flight == Some(0)
+        {
+            return Err(usage(
+                "--concurrency, --batch and --claims-in-flight must be at least 1",
+            ));
+        }
+        let points: Vec<W> = match args.concurrency {
+            Some(c) => {
+                let mut w = W::defaults(c);
+                w.batch = args.batch;
+                w.claims_in_flight = args.claims_in_flight;
+                vec![w]
+            }
+            None if q => vec![
+                W::defaults(10),
+                W::defaults(10).batch(10).claims_in_flight(1),
+            ],
+            None => vec![
+                W::defaults(10).batch(1).claims_in_flight(1),
+                W::defaults(10),
+                W::defaults(50),
+                W::defaults(100).claims_in_flight(1),
+                W::defaults(100),
+                W::defaults(200).claims_in_flight(1),
+                W::defaults(200).batch(50).claims_in_flight(4),
+                W::defaults(200),
+                W::defaults(200).prepared(),
+                W::defaults(400).claims_in_flight(8),
+                W::defaults(400),
+            ],
+        };
+        Ok(ThroughputPlan {
+            loops: if q { vec![1, 2] } else { vec![1, 2, 4, 8, 16] },
+            // The worker's shape (claim loops feeding one finishing loop), at the parallelism
+            // where it can differ from back-to-back loops.
+            pipelined: if q { vec![1] } else { vec![1, 2, 4] },
+            points,
+            frozen_runs: if args.concurrency.is_some() {
+                0
+            } else if q {
+                1
+            } else {
+                3
+            },
+            frozen_concurrency: if q { 10 } else { 200 },
+        })
+    }
+
+    fn runs(&self) -> usize {
+        self.loops.len() + self.pipelined.len() + self.points.len() + self.frozen_runs
+    }
+}
+
+/// What the throughput scenario measured.
+struct ThroughputRuns {
+    ceilings: Vec<bench::CeilingPoint>,
+    best_ceiling: f64,
+    rows: Vec<bench::ThroughputPoint>,
+    frozen: Vec<f64>,
+}
+
 async fn throughput(
     url: &str,
     base: &str,
@@ -550,56 +624,11 @@ async fn throughput(
     md: &mut String,
     targets: &mut Targets,
 ) -> anyhow::Result<()> {
-    use bench::WorkerSetup as W;
-    let q = args.quick;
-    if args.concurrency == Some(0) || args.batch == Some(0) || args.claims_in_flight == Some(0) {
-        return Err(usage(
-            "--concurrency, --batch and --claims-in-flight must be at least 1",
-        ));
-    }
-    let loops: Vec<usize> = if q { vec![1, 2] } else { vec![1, 2, 4, 8, 16] };
-    // The worker's shape (claim loops feeding one finishing loop), at the parallelism where
-    // it can differ from back-to-back loops.
-    let pipelined: Vec<usize> = if q { vec![1] } else { vec![1, 2, 4] };
-    let ceiling_batch = skiplock::WorkerConfig::default().max_claim_batch;
-    let points: Vec<W> = match args.concurrency {
-        Some(c) => {
-            let mut w = W::defaults(c);
-            w.batch = args.batch;
-            w.claims_in_flight = args.claims_in_flight;
-            vec![w]
-        }
-        None if q => vec![
-            W::defaults(10),
-            W::defaults(10).batch(10).claims_in_flight(1),
-        ],
-        None => vec![
-            W::defaults(10).batch(1).claims_in_flight(1),
-            W::defaults(10),
-            W::defaults(50),
-            W::defaults(100).claims_in_flight(1),
-            W::defaults(100),
-            W::defaults(200).claims_in_flight(1),
-            W::defaults(200).batch(50).claims_in_flight(4),
-            W::defaults(200),
-            W::defaults(200).prepared(),
-            W::defaults(400).claims_in_flight(8),
-            W::defaults(400),
-        ],
-    };
-    let frozen_runs = if args.concurrency.is_some() {
-        0
-    } else if q {
-        1
-    } else {
-        3
-    };
-    let frozen_concurrency = if q { 10 } else { 200 };
-    let total = loops.len() + pipelined.len() + points.len() + frozen_runs;
+    let plan = ThroughputPlan::new(args)?;
     let bar = if args.json || args.markdown || !std::io::stderr().is_terminal() {
         indicatif::ProgressBar::hidden()
     } else {
-        indicatif::ProgressBar::new(total as u64)
+        indicatif::ProgressBar::new(plan.runs() as u64)
     };
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -607,9 +636,39 @@ async fn throughput(
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let ceilings = ceiling_sweep(url, base, args, jobs, &plan, &bar).await?;
+    let best_ceiling = ceilings.iter().map(|c| c.jobs_per_s).fold(0.0, f64::max);
+    let (rows, frozen) = worker_sweep(url, base, args, jobs, &plan, best_ceiling, &bar).await?;
+    bar.finish_and_clear();
+    let runs = ThroughputRuns {
+        ceilings,
+        best_ceiling,
+        rows,
+        frozen,
+    };
+    let spread = throughput_targets(args, &plan, &runs, targets);
+    section(
+        args,
+        md,
+        &format!("Throughput ({jobs} no-op jobs per run)"),
+        &throughput_table(&plan, &runs, spread),
+    );
+    Ok(())
+}
 
+/// The raw-SQL ceiling at each planned shape.
+async fn ceiling_sweep(
+    url: &str,
+    base: &str,
+    args: &Args,
+    jobs: usize,
+    plan: &ThroughputPlan,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<bench::CeilingPoint>> {
+    let ceiling_batch = skiplock::WorkerConfig::default().max_claim_batch;
+    let (loops, pipelined) = (&plan.loops, &plan.pipelined);
     let mut ceilings = Vec::new();
-    for l in &loops {
+    for l in loops {
         bar.set_message(format!("ceiling, {l} loops"));
         let c = bench::ceiling(url, base, jobs, ceiling_batch, *l).await?;
         bar.inc(1);
@@ -621,7 +680,7 @@ async fn throughput(
         }
         ceilings.push(c);
     }
-    for l in &pipelined {
+    for l in pipelined {
         bar.set_message(format!("ceiling, {l} claim loops + 1 finish loop"));
         let c = bench::ceiling_pipelined(url, base, jobs, ceiling_batch, *l).await?;
         bar.inc(1);
@@ -633,36 +692,24 @@ async fn throughput(
         }
         ceilings.push(c);
     }
-    let best_ceiling = ceilings.iter().map(|c| c.jobs_per_s).fold(0.0, f64::max);
-    let best_loops = ceilings
-        .iter()
-        .find(|c| c.jobs_per_s >= best_ceiling)
-        .map_or_else(String::new, ceiling_shape);
+    Ok(ceilings)
+}
 
-    let describe = |p: &bench::ThroughputPoint| -> String {
-        let mut d = String::new();
-        if p.setup.is_default() {
-            d.push_str("defaults");
-        } else {
-            let mut parts = Vec::new();
-            if p.setup.batch.is_some() {
-                parts.push(format!("batch {}", p.batch));
-            }
-            if p.setup.claims_in_flight.is_some() {
-                parts.push(format!("{} in flight", p.claims_in_flight));
-            }
-            if p.setup.prepared {
-                parts.push("prepared statements".to_owned());
-            }
-            if p.setup.frozen_statistics {
-                parts.push("frozen statistics".to_owned());
-            }
-            d.push_str(&parts.join(", "));
-        }
-        d
-    };
+/// The worker at each planned point, then the runs with frozen statistics.
+async fn worker_sweep(
+    url: &str,
+    base: &str,
+    args: &Args,
+    jobs: usize,
+    plan: &ThroughputPlan,
+    best_ceiling: f64,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<(Vec<bench::ThroughputPoint>, Vec<f64>)> {
+    use bench::WorkerSetup as W;
+    let (points, frozen_runs, frozen_concurrency) =
+        (&plan.points, plan.frozen_runs, plan.frozen_concurrency);
     let mut rows = Vec::new();
-    for w in &points {
+    for w in points {
         bar.set_message(format!("worker, concurrency {}", w.concurrency));
         let p = bench::throughput(url, base, jobs, w).await?;
         bar.inc(1);
@@ -699,8 +746,42 @@ async fn throughput(
         }
         frozen.push(p.jobs_per_s);
     }
-    bar.finish_and_clear();
+    Ok((rows, frozen))
+}
 
+/// How a worker point was set up, for its table row.
+fn describe(p: &bench::ThroughputPoint) -> String {
+    let mut d = String::new();
+    if p.setup.is_default() {
+        d.push_str("defaults");
+    } else {
+        let mut parts = Vec::new();
+        if p.setup.batch.is_some() {
+            parts.push(format!("batch {}", p.batch));
+        }
+        if p.setup.claims_in_flight.is_some() {
+            parts.push(format!("{} in flight", p.claims_in_flight));
+        }
+        if p.setup.prepared {
+            parts.push("prepared statements".to_owned());
+        }
+        if p.setup.frozen_statistics {
+            parts.push("frozen statistics".to_owned());
+        }
+        d.push_str(&parts.join(", "));
+    }
+    d
+}
+
+/// The throughput targets; returns the frozen runs' spread, if there were two or more.
+fn throughput_targets(
+    args: &Args,
+    plan: &ThroughputPlan,
+    runs: &ThroughputRuns,
+    targets: &mut Targets,
+) -> Option<f64> {
+    let (rows, frozen, best_ceiling) = (&runs.rows, &runs.frozen, runs.best_ceiling);
+    let frozen_concurrency = plan.frozen_concurrency;
     let best = rows
         .iter()
         .max_by(|a, b| a.jobs_per_s.total_cmp(&b.jobs_per_s));
@@ -769,10 +850,23 @@ async fn throughput(
         ));
     }
 
+    spread
+}
+
+/// The throughput section's tables.
+fn throughput_table(plan: &ThroughputPlan, runs: &ThroughputRuns, spread: Option<f64>) -> String {
+    let ceiling_batch = skiplock::WorkerConfig::default().max_claim_batch;
+    let (ceilings, rows, frozen, best_ceiling) =
+        (&runs.ceilings, &runs.rows, &runs.frozen, runs.best_ceiling);
+    let frozen_concurrency = plan.frozen_concurrency;
+    let best_loops = ceilings
+        .iter()
+        .find(|c| c.jobs_per_s >= best_ceiling)
+        .map_or_else(String::new, ceiling_shape);
     let mut t = format!(
         "Raw-SQL ceiling: the worker's own `job_claim.sql` (batches of {ceiling_batch}) and `job_finish_many.sql`, each loop on its own connection; either loops that claim and then finish their own batch, or claim loops feeding one loop that finishes everything that has arrived (up to 1,000 per statement, the worker's shape).\n\n| loops | jobs/s | of the best |\n|---|---:|---:|\n"
     );
-    for c in &ceilings {
+    for c in ceilings {
         let _ = writeln!(
             t,
             "| {} | {:.0} | {:.0}% |",
@@ -785,7 +879,7 @@ async fn throughput(
         t,
         "\nBest ceiling: {best_ceiling:.0} jobs/s ({best_loops}). Worker points, as a share of it:\n\n| concurrency | settings | batch | claims in flight | jobs/s | of the ceiling |\n|---:|---|---:|---:|---:|---:|\n"
     );
-    for p in &rows {
+    for p in rows {
         let _ = writeln!(
             t,
             "| {} | {} | {} | {} | {:.0} | {:.0}% |",
@@ -814,13 +908,7 @@ async fn throughput(
             let _ = writeln!(t, "\nSpread (max - min) / median: {:.1}%.", sp * 100.0);
         }
     }
-    section(
-        args,
-        md,
-        &format!("Throughput ({jobs} no-op jobs per run)"),
-        &t,
-    );
-    Ok(())
+    t
 }
 
 /// How a ceiling point ran, for its table row.

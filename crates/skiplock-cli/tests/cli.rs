@@ -718,6 +718,12 @@ async fn bench_quick_runs_every_scenario() {
             .cloned()
             .collect::<Vec<_>>()
     };
+    let ceilings = of("throughput-ceiling");
+    assert!(
+        ceilings.iter().any(|c| c["pipelined"] == true)
+            && ceilings.iter().any(|c| c["pipelined"] == false),
+        "both ceiling shapes: {ceilings:?}"
+    );
     let t = &of("throughput")[0];
     for k in [
         "jobs",
