@@ -105,9 +105,9 @@ pub enum Error {
     )]
     UniqueConflict {
         /// The job that was to be retried.
-        id: crate::job::JobId,
+        id: crate::job_id::JobId,
         /// The active job with its key.
-        duplicate: crate::job::JobId,
+        duplicate: crate::job_id::JobId,
     },
 
     /// A unique enqueue met an active duplicate that had finished again each time it looked

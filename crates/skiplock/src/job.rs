@@ -79,7 +79,7 @@ pub struct NewJob {
     pub(crate) priority: i16,
     pub(crate) max_attempts: i32,
     pub(crate) schedule: Schedule,
-    pub(crate) unique: Option<crate::unique::Unique>,
+    pub(crate) unique: Option<crate::unique::rule::Unique>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -150,7 +150,7 @@ impl NewJob {
     /// or [`Client::enqueue_many_unique`](crate::Client::enqueue_many_unique) (and their `_tx`
     /// forms), which say whether it was inserted or was a duplicate; the plain `enqueue`
     /// calls refuse it, so that a duplicate is never skipped silently. See [`Unique`](crate::Unique).
-    pub fn unique(mut self, rule: crate::unique::Unique) -> Self {
+    pub fn unique(mut self, rule: crate::unique::rule::Unique) -> Self {
         self.unique = Some(rule);
         self
     }

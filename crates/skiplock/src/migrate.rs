@@ -169,7 +169,11 @@ async fn run(store: &Store, mut conn: Conn<'_>, schema: &Schema) -> Result<Migra
     let mut applied = Vec::new();
     for m in MIGRATIONS.iter().filter(|m| m.version > from) {
         store
-            .schema_apply(conn.reborrow(), m, &db::render(m.sql, schema))
+            .schema_apply(
+                conn.reborrow(),
+                (m.version, m.name),
+                &db::render(m.sql, schema),
+            )
             .await?;
         applied.push((m.version, m.name));
     }

@@ -9,12 +9,12 @@
 use std::time::SystemTime;
 
 use deadpool_postgres::Object;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 pub(crate) use super::write::{ascii_escaped, Finish, Verdict, Written};
 use super::write::{extend_many, finish_many, written};
-use super::{job_state, on_conn, Sql, Store};
+use super::{job_state, on_conn, rows, Cache, Sql, Store};
 use crate::caller_tx::Conn;
 use crate::job::{ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob};
 
@@ -197,20 +197,6 @@ impl Store {
         .map_err(Error::db("look up the next due job"))
     }
 
-    /// `job_retry.sql`: makes the jobs `ids` ready again; returns the ids it changed, or
-    /// (having changed nothing) the jobs that would duplicate an active job's unique key,
-    /// each with that job.
-    pub(crate) async fn job_retry(
-        &self,
-        conn: Conn<'_>,
-        ids: &[i64],
-    ) -> Result<super::unique::Retried> {
-        on_conn!(conn, "retry jobs",
-            |c| super::unique::retry(c, &self.sql, ids),
-            sqlx: super::unique::retry_sqlx(c, &self.sql, ids),
-        )
-    }
-
     /// `job_cancel.sql`: cancels the jobs `ids`; returns the ids it changed.
     pub(crate) async fn job_cancel(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Vec<JobId>> {
         self.admin(conn, &self.sql.cancel, "cancel jobs", ids).await
@@ -249,28 +235,6 @@ impl Store {
         rows.into_iter()
             .map(|(id, s)| Ok((id, job_state(OP, &s)?)))
             .collect()
-    }
-}
-
-/// For the hot-path statements: a pooled connection whose statement cache to use (named
-/// prepared statements, parsed and planned once per connection), or `None` for unnamed
-/// statements (one round trip, PgBouncer-safe).
-pub(crate) type Cache<'a> = Option<&'a deadpool_postgres::ClientWrapper>;
-
-pub(super) async fn rows<C: GenericClient + Sync>(
-    c: &C,
-    cache: Cache<'_>,
-    statement: &str,
-    params: &[(&(dyn ToSql + Sync), Type)],
-) -> Result<Vec<Row>, PgError> {
-    match cache {
-        Some(w) => {
-            let types: Vec<Type> = params.iter().map(|p| p.1.clone()).collect();
-            let prepared = w.prepare_typed_cached(statement, &types).await?;
-            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.0).collect();
-            w.query(&prepared, &values).await
-        }
-        None => c.query_typed(statement, params).await,
     }
 }
 

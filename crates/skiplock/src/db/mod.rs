@@ -22,6 +22,9 @@ pub(crate) mod sqlx;
 pub(crate) mod unique;
 pub(crate) mod write;
 
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Error as PgError, GenericClient, Row};
+
 use crate::error::Error;
 use crate::schema::Schema;
 
@@ -34,6 +37,28 @@ pub(crate) struct Store {
     /// Whether the hot-path statements on a pooled connection are named prepared
     /// statements, cached on that connection.
     prepared: bool,
+}
+
+/// For the hot-path statements: a pooled connection whose statement cache to use (named
+/// prepared statements, parsed and planned once per connection), or `None` for unnamed
+/// statements (one round trip, PgBouncer-safe).
+pub(crate) type Cache<'a> = Option<&'a deadpool_postgres::ClientWrapper>;
+
+pub(crate) async fn rows<C: GenericClient + Sync>(
+    c: &C,
+    cache: Cache<'_>,
+    statement: &str,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<Vec<Row>, PgError> {
+    match cache {
+        Some(w) => {
+            let types: Vec<Type> = params.iter().map(|p| p.1.clone()).collect();
+            let prepared = w.prepare_typed_cached(statement, &types).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.0).collect();
+            w.query(&prepared, &values).await
+        }
+        None => c.query_typed(statement, params).await,
+    }
 }
 
 impl Store {
@@ -50,7 +75,7 @@ impl Store {
     }
 
     /// The statement cache of `conn` when prepared statements are on.
-    fn cache<'a>(&self, conn: &'a deadpool_postgres::Object) -> job::Cache<'a> {
+    fn cache<'a>(&self, conn: &'a deadpool_postgres::Object) -> Cache<'a> {
         self.prepared.then_some(&**conn)
     }
 }

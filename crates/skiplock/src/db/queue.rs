@@ -7,7 +7,7 @@ use tokio_postgres::{Error, GenericClient, Row};
 
 use super::{on_conn, Sql, Store};
 use crate::caller_tx::Conn;
-use crate::queue::QueueState;
+use crate::queue::state::{time, QueueState};
 
 impl Store {
     /// `queue_pause.sql`: pauses `queue` (for every worker), through the caller's connection.
@@ -85,9 +85,9 @@ fn state(r: &Row) -> Result<QueueState, Error> {
     Ok(QueueState {
         queue: r.try_get("name")?,
         paused: r.try_get("paused")?,
-        paused_at: crate::queue::time(r.try_get("paused_at_us")?),
+        paused_at: time(r.try_get("paused_at_us")?),
         paused_by: r.try_get("paused_by")?,
-        updated_at: crate::queue::time(r.try_get("updated_at_us")?),
+        updated_at: time(r.try_get("updated_at_us")?),
         queued: r.try_get("queued")?,
         ready: r.try_get("ready")?,
         running: r.try_get("running")?,

@@ -7,7 +7,6 @@ use tokio_postgres::{Error as PgError, GenericClient};
 use super::{on_conn, Store};
 use crate::caller_tx::Conn;
 use crate::error::{Error, Result};
-use crate::migrate::Migration;
 
 const BEGIN: &str = "begin the migration transaction";
 const COMMIT: &str = "commit the migration";
@@ -93,38 +92,43 @@ impl Store {
     pub(crate) async fn schema_apply(
         &self,
         conn: Conn<'_>,
-        m: &Migration,
+        (version, name): (i32, &'static str),
         text: &str,
     ) -> Result<()> {
         match conn {
-            Conn::TokioClient(c) => self.apply(c, m, text).await,
-            Conn::TokioTx(t) => self.apply(t, m, text).await,
+            Conn::TokioClient(c) => self.apply(c, (version, name), text).await,
+            Conn::TokioTx(t) => self.apply(t, (version, name), text).await,
             #[cfg(feature = "sqlx-0_8")]
             Conn::Sqlx(c) => {
                 const OP: &str = "apply a migration";
                 super::sqlx::batch(&mut *c, text)
                     .await
                     .map_err(Error::sqlx(OP))?;
-                super::sqlx::schema_record(c, &self.sql, m.version, m.name)
+                super::sqlx::schema_record(c, &self.sql, version, name)
                     .await
                     .map_err(Error::sqlx(OP))
             }
         }
     }
 
-    async fn apply<C: GenericClient + Sync>(&self, c: &C, m: &Migration, text: &str) -> Result<()> {
+    async fn apply<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        (version, name): (i32, &'static str),
+        text: &str,
+    ) -> Result<()> {
         let applied = async {
             c.batch_execute(text).await?;
             c.execute_typed(
                 &self.sql.schema_record,
-                &[(&m.version, Type::INT4), (&m.name, Type::TEXT)],
+                &[(&version, Type::INT4), (&name, Type::TEXT)],
             )
             .await
             .map(drop)
         };
         applied.await.map_err(|source| Error::Migration {
-            version: m.version,
-            name: m.name,
+            version,
+            name,
             source,
         })
     }

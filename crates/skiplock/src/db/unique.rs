@@ -4,9 +4,22 @@
 use tokio_postgres::types::Type;
 use tokio_postgres::GenericClient;
 
-use super::Sql;
+use super::{on_conn, Sql, Store};
+use crate::caller_tx::Conn;
 use crate::error::{Error, Result};
 use crate::job::{EncodedBatch, JobId};
+
+impl Store {
+    /// `job_retry.sql`: makes the jobs `ids` ready again; returns the ids it changed, or
+    /// (having changed nothing) the jobs that would duplicate an active job's unique key,
+    /// each with that job.
+    pub(crate) async fn job_retry(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Retried> {
+        on_conn!(conn, "retry jobs",
+            |c| retry(c, &self.sql, ids),
+            sqlx: retry_sqlx(c, &self.sql, ids),
+        )
+    }
+}
 
 /// Jobs with uniqueness rules, one array per column, as bound to `job_insert_unique.sql`.
 #[derive(Debug, Default)]

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Error as PgError, GenericClient, Row};
 
-use super::job::{rows, Cache};
 use super::{job_state, Sql};
+use super::{rows, Cache};
 use crate::error::Result;
 use crate::job::{JobId, JobState};
 use crate::outcome::Outcome;

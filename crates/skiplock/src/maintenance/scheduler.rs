@@ -15,7 +15,21 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{error_chain, Error, Result};
 use crate::periodic::{round, FireReport, Periodic, SchedulerConfig};
-use crate::worker::state::Shared;
+
+/// What the scheduler needs of the worker that runs it (the worker's shared state
+/// implements it): so that this service does not depend on the worker's internals.
+pub(crate) trait SchedulerHost: Send + Sync {
+    /// The client whose schema's schedules to fire.
+    fn client(&self) -> &Client;
+    /// Cancelled when the worker's services stop.
+    fn stopped(&self) -> &tokio_util::sync::CancellationToken;
+    /// Woken by a notification that the schedules changed.
+    fn schedules_changed(&self) -> &tokio::sync::Notify;
+    /// Fires enqueued jobs: real work, for the services that wait for it.
+    fn note_activity(&self);
+    /// The fallback poll in force, if any.
+    fn poll_interval(&self) -> Option<Duration>;
+}
 
 /// Added to a sleep until a fire, so that the round after it finds the fire due although
 /// the database's clock was read a moment before the sleep began.
@@ -27,12 +41,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// The wait while the schema has no schedules table (not migrated to this version).
 const NO_TABLE_WAIT: Duration = Duration::from_secs(300);
 
-pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
+pub(crate) async fn run<H: SchedulerHost>(shared: Arc<H>, periodic: Periodic) {
     let cfg = periodic.config;
     let mut failures = 0u32;
-    while let Err(e) = register(&shared.client, &periodic).await {
+    while let Err(e) = register(shared.client(), &periodic).await {
         if denied(&e) {
-            return not_allowed(&shared);
+            return not_allowed(&*shared);
         }
         failures += 1;
         warn(
@@ -41,7 +55,7 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
             "could not register the worker's schedules; retrying",
         );
         tokio::select! {
-            () = shared.stop_services.cancelled() => return,
+            () = shared.stopped().cancelled() => return,
             () = tokio::time::sleep(wait_after(&e, failures, &cfg)) => {}
         }
     }
@@ -49,11 +63,11 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
     let mut delay = Some(Duration::ZERO);
     loop {
         tokio::select! {
-            () = shared.stop_services.cancelled() => return,
-            () = shared.schedules_changed.notified() => {}
+            () = shared.stopped().cancelled() => return,
+            () = shared.schedules_changed().notified() => {}
             () = sleep(delay) => {}
         }
-        delay = match locked_round(&shared.client, &cfg).await {
+        delay = match locked_round(shared.client(), &cfg).await {
             Ok(None) => Some(cfg.tick),
             Ok(Some(report)) => {
                 failures = 0;
@@ -68,7 +82,7 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
                     (d, p) => d.or(p),
                 }
             }
-            Err(e) if denied(&e) => return not_allowed(&shared),
+            Err(e) if denied(&e) => return not_allowed(&*shared),
             Err(e) => {
                 failures += 1;
                 warn(&e, failures, "scheduler round failed");
@@ -80,9 +94,9 @@ pub(crate) async fn run(shared: Arc<Shared>, periodic: Periodic) {
 
 /// For a worker that runs until idle: registers its schedules and runs one round first, so
 /// that a worker started from cron (`skiplock work --drain`) also fires what is due.
-pub(crate) async fn run_until_idle(shared: &Shared, periodic: Periodic) {
-    let done = match register(&shared.client, &periodic).await {
-        Ok(()) => locked_round(&shared.client, &periodic.config)
+pub(crate) async fn run_until_idle<H: SchedulerHost>(shared: &H, periodic: Periodic) {
+    let done = match register(shared.client(), &periodic).await {
+        Ok(()) => locked_round(shared.client(), &periodic.config)
             .await
             .map(drop),
         Err(e) => Err(e),
@@ -137,9 +151,9 @@ fn denied(e: &Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
 }
 
-fn not_allowed(shared: &Shared) {
+fn not_allowed<H: SchedulerHost>(shared: &H) {
     tracing::warn!(
-        schema = %shared.client.schema(),
+        schema = %shared.client().schema(),
         "this role may not use the schedules table: this worker fires no periodic job \
          (grant SELECT, INSERT, UPDATE, DELETE on it to use them)"
     );

@@ -1,7 +1,7 @@
 //! Periodic (cron) jobs: schedules stored in the database and fired by any worker.
 //!
 //! A [`Schedule`] is a name, a cron expression read in a time zone, and the job each fire
-//! enqueues. Register it from code on the worker ([`WorkerBuilder::periodic`], again on
+//! enqueues. Register it from code on the worker ([`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic), again on
 //! every start: the definition is updated, the schedule's progress kept), with
 //! [`Client::add_schedule`], or with `skiplock schedule add` for workers in any language.
 //!
@@ -46,7 +46,6 @@ use crate::client::Client;
 use crate::db;
 use crate::error::{Error, Result};
 use crate::job::JobId;
-use crate::worker::WorkerBuilder;
 
 /// The payload prefix of the notification sent when a schedule appears, is resumed or
 /// changes its timing (see `migrations/0008_periodic_jobs.sql`).
@@ -216,38 +215,6 @@ impl Periodic {
             }
         }
         Ok(())
-    }
-}
-
-impl WorkerBuilder {
-    /// Registers `schedule` when the worker starts: added if new (firing from then on, no
-    /// backfill), its definition updated if it exists (its cursor and paused state kept).
-    /// Call once per schedule; every worker may register the same ones. A schedule that is
-    /// no longer registered from code is not removed: use [`Client::remove_schedule`].
-    ///
-    /// ```no_run
-    /// # use skiplock::{Client, Missed, Registry, Schedule, Worker};
-    /// # fn demo(client: Client, registry: Registry) -> skiplock::Result<()> {
-    /// let worker = Worker::builder(client, registry)
-    ///     .queue("default", 10)
-    ///     .periodic(
-    ///         Schedule::new("cleanup", "*/5 * * * *", "cleanup")
-    ///             .payload(&serde_json::json!({ "older_than_days": 30 }))
-    ///             .time_zone("Europe/Berlin")
-    ///             .missed(Missed::Latest),
-    ///     )
-    ///     .build()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn periodic(mut self, schedule: Schedule) -> Self {
-        self.periodic.schedules.push(schedule);
-        self
-    }
-
-    /// The scheduler's settings (see [`SchedulerConfig`]).
-    pub fn scheduler(mut self, config: SchedulerConfig) -> Self {
-        self.periodic.config = config;
-        self
     }
 }
 

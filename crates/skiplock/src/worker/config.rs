@@ -293,3 +293,35 @@ impl WorkerBuilder {
         self
     }
 }
+
+impl WorkerBuilder {
+    /// Registers `schedule` when the worker starts: added if new (firing from then on, no
+    /// backfill), its definition updated if it exists (its cursor and paused state kept).
+    /// Call once per schedule; every worker may register the same ones. A schedule that is
+    /// no longer registered from code is not removed: use [`Client::remove_schedule`](crate::Client::remove_schedule).
+    ///
+    /// ```no_run
+    /// # use skiplock::{Client, Missed, Registry, Schedule, Worker};
+    /// # fn demo(client: Client, registry: Registry) -> skiplock::Result<()> {
+    /// let worker = Worker::builder(client, registry)
+    ///     .queue("default", 10)
+    ///     .periodic(
+    ///         Schedule::new("cleanup", "*/5 * * * *", "cleanup")
+    ///             .payload(&serde_json::json!({ "older_than_days": 30 }))
+    ///             .time_zone("Europe/Berlin")
+    ///             .missed(Missed::Latest),
+    ///     )
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn periodic(mut self, schedule: crate::periodic::Schedule) -> Self {
+        self.periodic.schedules.push(schedule);
+        self
+    }
+
+    /// The scheduler's settings (see [`SchedulerConfig`](crate::periodic::SchedulerConfig)).
+    pub fn scheduler(mut self, config: crate::periodic::SchedulerConfig) -> Self {
+        self.periodic.config = config;
+        self
+    }
+}

@@ -285,7 +285,7 @@ impl Worker {
                 tracing::warn!(error = %error_chain(e), "reaping failed");
             }
             shared.reaped(&pass);
-            crate::maintenance::scheduler::run_until_idle(&shared, self.periodic).await;
+            crate::maintenance::scheduler::run_until_idle(&*shared, self.periodic).await;
         }
 
         let mut producers = JoinSet::new();

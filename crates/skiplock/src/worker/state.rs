@@ -326,3 +326,25 @@ impl Shared {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+impl crate::maintenance::scheduler::SchedulerHost for Shared {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn stopped(&self) -> &CancellationToken {
+        &self.stop_services
+    }
+
+    fn schedules_changed(&self) -> &Notify {
+        &self.schedules_changed
+    }
+
+    fn note_activity(&self) {
+        Shared::note_activity(self);
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        Shared::poll_interval(self)
+    }
+}

@@ -8,12 +8,17 @@
 //! worker stops asking at once on a pause, and claims at once on a resume.
 
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use crate::caller_tx::Executor;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::input;
+
+pub(crate) mod state;
+
+use state::time;
+pub use state::QueueState;
 
 /// The longest `by` a pause may record, in bytes.
 pub const MAX_PAUSED_BY_LEN: usize = 256;
@@ -34,28 +39,6 @@ pub struct QueuePause {
     pub paused_at: Option<SystemTime>,
     /// Who paused it, as the pausing call said; `None` when not paused or not said.
     pub paused_by: Option<String>,
-}
-
-/// One queue's state ([`Client::queues`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct QueueState {
-    /// The queue.
-    pub queue: String,
-    /// Whether it is paused: no worker claims from it.
-    pub paused: bool,
-    /// When the pause began (database clock); `None` when not paused.
-    pub paused_at: Option<SystemTime>,
-    /// Who paused it, if the pausing call said.
-    pub paused_by: Option<String>,
-    /// The last pause or resume; `None` for a queue that was never paused.
-    pub updated_at: Option<SystemTime>,
-    /// Jobs `queued` (ready now or scheduled).
-    pub queued: i64,
-    /// Of those, ready now (they wait for the resume when the queue is paused).
-    pub ready: i64,
-    /// Jobs `running` (a pause lets them finish).
-    pub running: i64,
 }
 
 impl Client {
@@ -158,17 +141,6 @@ fn paused_by(by: Option<&str>) -> Result<Option<&str>> {
     Ok(Some(by))
 }
 
-/// Microseconds since the epoch (as the queue statements return times) as a time.
-pub(crate) fn time(us: Option<i64>) -> Option<SystemTime> {
-    let us = us?;
-    let d = Duration::from_micros(us.unsigned_abs());
-    if us >= 0 {
-        UNIX_EPOCH.checked_add(d)
-    } else {
-        UNIX_EPOCH.checked_sub(d)
-    }
-}
-
 /// What a worker believes of the pause of one of its queues, to skip claims that would find
 /// nothing: while it believes the queue paused, a notification of new jobs starts no claim.
 /// The claim statement enforces the pause whatever this says; a wrong belief costs only a
@@ -245,6 +217,7 @@ impl PauseHint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
 
     #[test]
     fn a_lookup_that_began_before_a_notification_is_ignored() {
