@@ -58,6 +58,9 @@ mod outcome;
 pub mod periodic;
 mod queue;
 mod schema;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod tls;
 mod unique;
 mod worker;

@@ -315,7 +315,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     Ok(jobs)
 }
 
-fn claimed_job(r: &Row) -> Result<ClaimedJob, PgError> {
+pub(super) fn claimed_job(r: &Row) -> Result<ClaimedJob, PgError> {
     Ok(ClaimedJob {
         id: JobId(r.try_get("id")?),
         queue: r.try_get("queue")?,

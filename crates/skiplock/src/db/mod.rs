@@ -19,6 +19,8 @@ pub(crate) mod schema;
 pub(crate) mod server;
 #[cfg(feature = "sqlx-0_8")]
 pub(crate) mod sqlx;
+#[cfg(feature = "testing")]
+pub(crate) mod testing;
 pub(crate) mod unique;
 pub(crate) mod write;
 
@@ -174,6 +176,8 @@ templates! {
     Claim => claim => "job_claim.sql", "`queries/job_claim.sql`: claim ready jobs with a lease (`FOR UPDATE SKIP LOCKED`).",
     Reap => reap => "job_reap.sql", "`queries/job_reap.sql`: one reaper round: expired leases back to the queue (or failed), queued jobs with no attempt left to failed; `$1` rows of each at most. The worker's reaper and [`Client::reap`](crate::Client::reap).",
     Get => get => "job_get.sql", "`queries/job_get.sql`: one job by id.",
+    ClaimById => claim_by_id => "job_claim_by_id.sql", "`queries/job_claim_by_id.sql`: claim one given job with a lease, whatever its run_at (`testing::run_job`, with the `testing` feature).",
+    Find => find => "job_find.sql", "`queries/job_find.sql`: the jobs in some states matching a kind, a queue and a JSON subset of the payload (`@>`), oldest first (`testing::enqueued`, with the `testing` feature).",
     FinishMany => finish_many => "job_finish_many.sql", "`queries/job_finish_many.sql`: write many outcomes (complete, retry, discard, snooze, hand back), each guarded by its claim's attempt; the worker's completer and [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail) (a batch of one). One result row per input: written, lost or busy.",
     ExtendMany => extend_many => "job_extend_many.sql", "`queries/job_extend_many.sql`: renew many leases, guarded like [`Statement::FinishMany`]; the worker's heartbeat and [`Client::extend`](crate::Client::extend). One result row per input: renewed, lost or busy.",
     NextRunAt => next_run_at => "job_next_run_at.sql", "`queries/job_next_run_at.sql`: how long until a queue's next queued job is due, by the database's clock; a worker asks after a short claim.",

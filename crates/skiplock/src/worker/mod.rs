@@ -17,6 +17,8 @@ mod events;
 mod executor;
 mod heartbeat;
 mod listener;
+#[cfg(feature = "testing")]
+mod one;
 mod outbox;
 mod producer;
 pub(crate) mod state;
@@ -222,6 +224,35 @@ impl Worker {
         self.run_mode(Mode::UntilIdle, shutdown).await
     }
 
+    /// The state the worker's tasks share, with the runtime's own pool of `runtime_pool`
+    /// connections (see [`Worker::builder`]) and the outcomes going to `finish_tx`; and the
+    /// periodic schedules, for the scheduler.
+    fn into_shared(
+        self,
+        finish_tx: outbox::Outbox,
+        runtime_pool: usize,
+    ) -> Result<(Arc<Shared>, crate::periodic::Periodic)> {
+        let runtime = self.client.with_own_pool(runtime_pool)?;
+        let shared = Arc::new(Shared {
+            client: runtime.unwrap_or_else(|| self.client.clone()),
+            app_client: self.client,
+            registry: self.registry,
+            listen_config: self.listen_config,
+            queues: self.queues,
+            running: Mutex::new(HashMap::new()),
+            finish_tx,
+            stop_claiming: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+            stop_services: CancellationToken::new(),
+            activity: AtomicU64::new(0),
+            counters: self.counters,
+            lease_us: self.lease_us,
+            cfg: self.cfg,
+            schedules_changed: Notify::new(),
+        });
+        Ok((shared, self.periodic))
+    }
+
     async fn run_mode(
         self,
         mode: Mode,
@@ -241,24 +272,7 @@ impl Worker {
             .map(|q| self.cfg.claims_in_flight_for(q.concurrency) + 1)
             .sum::<usize>()
             + 2;
-        let runtime = self.client.with_own_pool(runtime_pool)?;
-        let shared = Arc::new(Shared {
-            client: runtime.unwrap_or_else(|| self.client.clone()),
-            app_client: self.client,
-            registry: self.registry,
-            listen_config: self.listen_config,
-            queues: self.queues,
-            running: Mutex::new(HashMap::new()),
-            finish_tx,
-            stop_claiming: CancellationToken::new(),
-            hard_stop: CancellationToken::new(),
-            stop_services: CancellationToken::new(),
-            activity: AtomicU64::new(0),
-            counters: self.counters,
-            lease_us: self.lease_us,
-            cfg: self.cfg,
-            schedules_changed: Notify::new(),
-        });
+        let (shared, periodic) = self.into_shared(finish_tx, runtime_pool)?;
         tracing::info!(
             schema = %shared.client.schema(),
             queues = ?shared.queues.keys().collect::<Vec<_>>(),
@@ -272,10 +286,7 @@ impl Worker {
         services.spawn(heartbeat::run(shared.clone()));
         if mode == Mode::Serve {
             spawn_maintenance(&shared, &mut services);
-            services.spawn(crate::maintenance::scheduler::run(
-                shared.clone(),
-                self.periodic,
-            ));
+            services.spawn(crate::maintenance::scheduler::run(shared.clone(), periodic));
             if shared.listen_config.is_some() {
                 services.spawn(listener::run(shared.clone()));
             }
@@ -285,7 +296,7 @@ impl Worker {
                 tracing::warn!(error = %error_chain(e), "reaping failed");
             }
             shared.reaped(&pass);
-            crate::maintenance::scheduler::run_until_idle(&*shared, self.periodic).await;
+            crate::maintenance::scheduler::run_until_idle(&*shared, periodic).await;
         }
 
         let mut producers = JoinSet::new();

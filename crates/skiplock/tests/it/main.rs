@@ -18,6 +18,7 @@ mod plans;
 mod privileges;
 mod runtime;
 mod support;
+mod testing;
 mod tls;
 mod unique;
 mod vacuum;
