@@ -1,5 +1,8 @@
--- One page of the job list, newest first: jobs with an id below $4 (no bound when NULL),
--- matching the filters $1 status, $2 queue, $3 kind (each ignored when NULL), at most $5.
+-- One page of the job list, newest first: jobs with an id below $4 (no bound when NULL) and
+-- at least $6 (no bound when NULL), matching the filters $1 status, $2 queue, $3 kind (each
+-- ignored when NULL), at most $5. For a filter no index serves, $6 is the end of the scan
+-- budget (job_scan_older.sql), so that the statement reads a bounded range of the primary key
+-- however rare the matches are.
 -- Keyset pagination: the next page starts below the last id shown, so a page costs the same
 -- however deep it is (no OFFSET). Times are epoch seconds; `now` is the database's clock.
 SELECT id, queue, kind, status, priority, attempts, max_attempts,
@@ -14,5 +17,6 @@ WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR queue = $2::text)
   AND ($3::text IS NULL OR kind = $3::text)
   AND ($4::int8 IS NULL OR id < $4::int8)
+  AND ($6::int8 IS NULL OR id >= $6::int8)
 ORDER BY id DESC
 LIMIT $5

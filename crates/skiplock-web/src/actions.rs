@@ -184,9 +184,20 @@ pub(crate) async fn confirm(
         Err(e) => return bad_request(&app, &v, &e),
     };
     let cap = app.options.count_limit;
+    let budget = app.options.scan_budget;
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        let latest = db::rows(&tx, &app.sql.job_latest_id, &[])
+            .await?
+            .first()
+            .map_or(0, |r| r.get::<_, i64>("id"));
+        // The same range as the action's selection: the scan budget below the newest id.
+        let lo = if filter.indexed() {
+            None
+        } else {
+            db::scan_older(&tx, &app.sql, Some(latest.saturating_add(1)), budget).await?
+        };
         let n = db::rows(
             &tx,
             &app.sql.job_count,
@@ -195,24 +206,23 @@ pub(crate) async fn confirm(
                 (&filter.queue, Type::TEXT),
                 (&filter.kind, Type::TEXT),
                 (&cap, Type::INT8),
+                (&lo, Type::INT8),
             ],
         )
         .await?
         .first()
         .map_or(0, |r| r.get::<_, i64>("n"));
-        let latest = db::rows(&tx, &app.sql.job_latest_id, &[])
-            .await?
-            .first()
-            .map_or(0, |r| r.get::<_, i64>("id"));
-        Ok::<_, db::DbError>((n, latest))
+        Ok::<_, db::DbError>((n, latest, lo))
     };
-    let (n, latest) = match read.await {
+    let (n, latest, lo) = match read.await {
         Ok(x) => x,
         Err(e) => return app.db_error(&v, &e),
     };
     let f = app.frame(&v);
     let count = if n >= cap {
         Count::AtLeast(n)
+    } else if lo.is_some() {
+        Count::Among(n, budget)
     } else {
         Count::Exact(n)
     };
@@ -225,6 +235,15 @@ pub(crate) async fn confirm(
         if n == 1 { "es" } else { "" },
         describe(&filter)
     );
+    if let Some(lo) = lo {
+        body.push_str(&format!(
+            "<p class=\"note scan\">Among the newest {} jobs only (ids {} to {}): this filter has \
+             no index, so the action reads at most that many. Older jobs are left alone.</p>",
+            int(budget),
+            int(lo),
+            int(latest)
+        ));
+    }
     if n == 0 {
         body.push_str(&format!("<p><a href=\"{back}\">Back to the list</a></p>"));
     } else {
@@ -303,9 +322,17 @@ pub(crate) async fn bulk(
         return bad_request(&app, &v, "The confirm page's newest id is missing.");
     };
     let limit = app.options.bulk_limit;
+    let budget = app.options.scan_budget;
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        // A filter no index serves reads the scan budget below the confirmed id, as the
+        // confirm page counted.
+        let lo = if filter.indexed() {
+            None
+        } else {
+            db::scan_older(&tx, &app.sql, Some(max_id.saturating_add(1)), budget).await?
+        };
         let rows = db::rows(
             &tx,
             &app.sql.job_select_ids,
@@ -315,13 +342,15 @@ pub(crate) async fn bulk(
                 (&filter.kind, Type::TEXT),
                 (&max_id, Type::INT8),
                 (&limit, Type::INT8),
+                (&lo, Type::INT8),
             ],
         )
         .await?;
-        Ok::<_, db::DbError>(rows.iter().map(|r| JobId(r.get("id"))).collect::<Vec<_>>())
+        let ids = rows.iter().map(|r| JobId(r.get("id"))).collect::<Vec<_>>();
+        Ok::<_, db::DbError>((ids, lo))
     };
-    let ids = match read.await {
-        Ok(ids) => ids,
+    let (ids, lo) = match read.await {
+        Ok(x) => x,
         Err(e) => return app.db_error(&v, &e),
     };
     let report = match action.run(&app, &ids).await {
@@ -335,6 +364,7 @@ pub(crate) async fn bulk(
         queue = filter.queue.as_deref().unwrap_or(""),
         kind = filter.kind.as_deref().unwrap_or(""),
         max_id,
+        scanned_from = lo,
         selected = ids.len(),
         changed = report.changed.len(),
         unchanged = report.unchanged.len(),
@@ -352,6 +382,15 @@ pub(crate) async fn bulk(
             "<p class=\"notice warn\">{} left alone: they changed state meanwhile ({}).</p>",
             int(report.unchanged.len() as i64),
             action.why()
+        ));
+    }
+    if let Some(lo) = lo {
+        body.push_str(&format!(
+            "<p class=\"note scan\">Among the {} jobs with ids {} to {} only: this filter has no \
+             index, so the action reads at most that many.</p>",
+            int(budget),
+            int(lo),
+            int(max_id)
         ));
     }
     let back = format!("{}/jobs{}", esc(&v.base), filter_query(&filter, &[]));

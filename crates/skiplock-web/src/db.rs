@@ -47,6 +47,8 @@ statements! {
     job_list_newer => "job_list_newer.sql",
     job_count => "job_count.sql",
     job_latest_id => "job_latest_id.sql",
+    job_scan_older => "job_scan_older.sql",
+    job_scan_newer => "job_scan_newer.sql",
     job_get => "job_get.sql",
     job_select_ids => "job_select_ids.sql",
     health_table => "health_table.sql",
@@ -149,6 +151,56 @@ pub(crate) struct Filter {
     pub(crate) kind: Option<String>,
 }
 
+impl Filter {
+    /// Whether an index finds the matches: queued and running jobs through their partial
+    /// indexes, or no filter at all (the primary key). Any other filter is read within the
+    /// scan budget ([`crate::Dashboard::scan_budget`]).
+    pub(crate) fn indexed(&self) -> bool {
+        match self.state.as_deref() {
+            Some("queued" | "running") => true,
+            Some(_) => false,
+            None => self.queue.is_none() && self.kind.is_none(),
+        }
+    }
+}
+
+/// The end of the scan budget below id `before` (below no bound when `None`): the lowest id
+/// of the `budget` jobs just below it, or `None` when fewer are there (the scan reaches the
+/// oldest job).
+pub(crate) async fn scan_older(
+    c: &(impl GenericClient + Sync),
+    sql: &Sql,
+    before: Option<i64>,
+    budget: i64,
+) -> DbResult<Option<i64>> {
+    Ok(rows(
+        c,
+        &sql.job_scan_older,
+        &[(&before, Type::INT8), (&budget, Type::INT8)],
+    )
+    .await?
+    .first()
+    .map(|r| r.get::<_, i64>("id")))
+}
+
+/// The end of the scan budget above id `after`: the highest id of the `budget` jobs just
+/// above it, or `None` when fewer are there (the scan reaches the newest job).
+pub(crate) async fn scan_newer(
+    c: &(impl GenericClient + Sync),
+    sql: &Sql,
+    after: i64,
+    budget: i64,
+) -> DbResult<Option<i64>> {
+    Ok(rows(
+        c,
+        &sql.job_scan_newer,
+        &[(&after, Type::INT8), (&budget, Type::INT8)],
+    )
+    .await?
+    .first()
+    .map(|r| r.get::<_, i64>("id")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +231,8 @@ mod tests {
             &sql.job_list_newer,
             &sql.job_count,
             &sql.job_latest_id,
+            &sql.job_scan_older,
+            &sql.job_scan_newer,
             &sql.job_get,
             &sql.job_select_ids,
             &sql.health_table,

@@ -56,13 +56,15 @@ pub(crate) enum Count {
     AtLeast(i64),
     /// Estimated (from the planner's statistics and a partial read).
     About(i64),
+    /// Counted among the newest this many jobs only (the scan budget): at least this many.
+    Among(i64, i64),
 }
 
 impl Count {
     /// The number to test against zero (links, emphasis).
     pub(crate) fn value(self) -> i64 {
         match self {
-            Count::Exact(n) | Count::AtLeast(n) | Count::About(n) => n,
+            Count::Exact(n) | Count::AtLeast(n) | Count::About(n) | Count::Among(n, _) => n,
         }
     }
 
@@ -71,6 +73,11 @@ impl Count {
             Count::Exact(n) => int(n),
             Count::AtLeast(n) => format!(
                 "<span class=\"approx\" title=\"counting stopped at {0}\">{0}+</span>",
+                int(n)
+            ),
+            Count::Among(n, budget) => format!(
+                "<span class=\"approx\" title=\"counted among the newest {} jobs only\">≥&#8239;{}</span>",
+                int(budget),
                 int(n)
             ),
             Count::About(n) => format!(

@@ -171,12 +171,27 @@ pub(crate) async fn list(
     let n = app.options.page_size;
     let fetch = n + 1;
     let cap = app.options.count_limit;
+    let budget = app.options.scan_budget;
+    let bounded = !filter.indexed();
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
         let (state, queue, kind) = (&filter.state, &filter.queue, &filter.kind);
+        // The end of the scan budget from the newest job: the count's range, and the first
+        // page's.
+        let top = if bounded {
+            db::scan_older(&tx, &app.sql, None, budget).await?
+        } else {
+            None
+        };
+        let mut scan = Scan::default();
         let (mut rows, newer_mode) = match (before, after) {
             (None, Some(a)) => {
+                let hi = if bounded {
+                    db::scan_newer(&tx, &app.sql, a, budget).await?
+                } else {
+                    None
+                };
                 let rows = db::rows(
                     &tx,
                     &app.sql.job_list_newer,
@@ -186,12 +201,26 @@ pub(crate) async fn list(
                         (kind, Type::TEXT),
                         (&a, Type::INT8),
                         (&fetch, Type::INT8),
+                        (&hi, Type::INT8),
                     ],
                 )
                 .await?;
+                if let Some(hi) = hi {
+                    scan = Scan {
+                        lo: Some(a + 1),
+                        hi: Some(hi),
+                        newer: Some(hi),
+                        older: None,
+                    };
+                }
                 (rows, true)
             }
             _ => {
+                let lo = match (bounded, before) {
+                    (false, _) => None,
+                    (true, None) => top,
+                    (true, Some(b)) => db::scan_older(&tx, &app.sql, Some(b), budget).await?,
+                };
                 let rows = db::rows(
                     &tx,
                     &app.sql.job_list_older,
@@ -201,9 +230,18 @@ pub(crate) async fn list(
                         (kind, Type::TEXT),
                         (&before, Type::INT8),
                         (&fetch, Type::INT8),
+                        (&lo, Type::INT8),
                     ],
                 )
                 .await?;
+                if let Some(lo) = lo {
+                    scan = Scan {
+                        lo: Some(lo),
+                        hi: before.map(|b| b - 1),
+                        newer: None,
+                        older: Some(lo),
+                    };
+                }
                 (rows, false)
             }
         };
@@ -215,6 +253,7 @@ pub(crate) async fn list(
                 (queue, Type::TEXT),
                 (kind, Type::TEXT),
                 (&cap, Type::INT8),
+                (&top, Type::INT8),
             ],
         )
         .await?
@@ -223,21 +262,59 @@ pub(crate) async fn list(
         let more = rows.len() as i64 > n;
         rows.truncate(n as usize);
         let mut rows: Vec<ListRow> = rows.iter().map(ListRow::from).collect();
-        let (has_newer, has_older) = if newer_mode {
+        if newer_mode {
             rows.reverse();
-            (more, true)
+        }
+        // A full page pages on from its last row as usual; a page the budget cut short
+        // continues from where the scan stopped.
+        let (newer, older) = if newer_mode {
+            (
+                if more {
+                    rows.first().map(|r| r.id)
+                } else {
+                    scan.newer
+                },
+                rows.last().map(|r| r.id),
+            )
         } else {
-            (before.is_some(), more)
+            (
+                before.and(rows.first().map(|r| r.id)),
+                if more {
+                    rows.last().map(|r| r.id)
+                } else {
+                    scan.older
+                },
+            )
         };
+        if more {
+            scan = Scan::default();
+        }
         let count = if count >= cap {
             Count::AtLeast(count)
+        } else if top.is_some() {
+            Count::Among(count, budget)
         } else {
             Count::Exact(count)
         };
-        Ok::<_, db::DbError>((rows, count, has_newer, has_older))
+        let newest_link = if newer_mode {
+            more || scan.newer.is_some()
+        } else {
+            before.is_some()
+        };
+        Ok::<_, db::DbError>((
+            rows,
+            count,
+            Pager {
+                newest: newest_link,
+                newer,
+                older,
+                scan,
+                budget,
+            },
+        ))
     };
     match read.await {
-        Ok((rows, count, has_newer, has_older)) => {
+        Ok((rows, count, pager)) => {
             let f = app.frame(&v);
             let top = filter_form(&f, &filter);
             let mut body = String::new();
@@ -247,7 +324,7 @@ pub(crate) async fn list(
                     int(id)
                 ));
             }
-            body.push_str(&list_body(&f, &filter, &rows, count, has_newer, has_older));
+            body.push_str(&list_body(&f, &filter, &rows, count, &pager));
             if v.full {
                 body.push_str(&bulk_bar(&f, &filter, count));
             }
@@ -258,6 +335,53 @@ pub(crate) async fn list(
         }
         Err(e) => app.db_error(&v, &e),
     }
+}
+
+/// How far a page read, when the scan budget cut it short (fewer matches than a page).
+#[derive(Debug, Default, Clone, Copy)]
+struct Scan {
+    /// The lowest id read (`None`: no bound).
+    lo: Option<i64>,
+    /// The highest id read (`None`: up to the newest job).
+    hi: Option<i64>,
+    /// Where a "search newer" link continues (`after`).
+    newer: Option<i64>,
+    /// Where a "search older" link continues (`before`).
+    older: Option<i64>,
+}
+
+/// The list's links: "newest", "newer" (`after` this id), "older" (`before` this id), and
+/// the stretch a page read when the scan budget cut it short.
+struct Pager {
+    newest: bool,
+    newer: Option<i64>,
+    older: Option<i64>,
+    scan: Scan,
+    budget: i64,
+}
+
+/// What a page cut short by the scan budget searched, said plainly.
+fn scan_note(found: usize, p: &Pager) -> String {
+    let range = match (p.scan.lo, p.scan.hi) {
+        (Some(lo), Some(hi)) => format!("ids {} to {}", int(lo), int(hi)),
+        (Some(lo), None) => format!("ids from {} to the newest", int(lo)),
+        (None, Some(hi)) => format!("ids up to {}", int(hi)),
+        (None, None) => "every id".to_owned(),
+    };
+    let way = if p.scan.older.is_some() {
+        "older"
+    } else {
+        "newer"
+    };
+    format!(
+        "<p class=\"note scan\">{} match{} among the {} jobs searched ({range}): this filter \
+         has no index, so each page reads at most {} jobs. Search {way} to go on from where it \
+         stopped.</p>",
+        int(found as i64),
+        if found == 1 { "" } else { "es" },
+        int(p.budget),
+        int(p.budget),
+    )
 }
 
 fn filter_form(f: &Frame<'_>, filter: &Filter) -> String {
@@ -283,20 +407,20 @@ fn filter_form(f: &Frame<'_>, filter: &Filter) -> String {
     )
 }
 
-fn list_body(
-    f: &Frame<'_>,
-    filter: &Filter,
-    rows: &[ListRow],
-    count: Count,
-    has_newer: bool,
-    has_older: bool,
-) -> String {
+fn list_body(f: &Frame<'_>, filter: &Filter, rows: &[ListRow], count: Count, p: &Pager) -> String {
     let base = esc(f.base);
+    let among = match count {
+        Count::Among(_, budget) => format!(" among the newest {} jobs", int(budget)),
+        _ => String::new(),
+    };
     let mut s = format!(
-        "<p class=\"summary\">{} matching job{}, newest first.</p>",
+        "<p class=\"summary\">{} matching job{}{among}, newest first.</p>",
         count.html(),
         if count.value() == 1 { "" } else { "s" }
     );
+    if p.scan.older.is_some() || p.scan.newer.is_some() {
+        s.push_str(&scan_note(rows.len(), p));
+    }
     if rows.is_empty() {
         s.push_str("<p class=\"empty\">No jobs here.</p>");
     } else {
@@ -334,25 +458,33 @@ fn list_body(
         s.push_str("</tbody></table>");
     }
     let mut pager = Vec::new();
-    if has_newer {
+    if p.newest {
         pager.push(format!(
             "<a href=\"{base}/jobs{}\">« Newest</a>",
             filter_query(filter, &[])
         ));
-        if let Some(first) = rows.first() {
-            pager.push(format!(
-                "<a href=\"{base}/jobs{}\" rel=\"prev\">‹ Newer</a>",
-                filter_query(filter, &[("after", first.id.to_string())])
-            ));
-        }
     }
-    if has_older {
-        if let Some(last) = rows.last() {
-            pager.push(format!(
-                "<a href=\"{base}/jobs{}\" rel=\"next\">Older ›</a>",
-                filter_query(filter, &[("before", last.id.to_string())])
-            ));
-        }
+    if let Some(id) = p.newer {
+        let label = if p.scan.newer.is_some() {
+            "‹ Search newer"
+        } else {
+            "‹ Newer"
+        };
+        pager.push(format!(
+            "<a href=\"{base}/jobs{}\" rel=\"prev\">{label}</a>",
+            filter_query(filter, &[("after", id.to_string())])
+        ));
+    }
+    if let Some(id) = p.older {
+        let label = if p.scan.older.is_some() {
+            "Search older ›"
+        } else {
+            "Older ›"
+        };
+        pager.push(format!(
+            "<a href=\"{base}/jobs{}\" rel=\"next\">{label}</a>",
+            filter_query(filter, &[("before", id.to_string())])
+        ));
     }
     if !pager.is_empty() {
         s.push_str(&format!("<nav class=\"pager\">{}</nav>", pager.join(" ")));

@@ -32,8 +32,12 @@
 //! Every page reads in one read-only transaction with its own statement timeout
 //! ([`Dashboard::statement_timeout`], 3 s by default), and every statement has a `LIMIT`.
 //! Counts stop at [`Dashboard::count_limit`] (10,000 by default) and show as `10,000+`; the
-//! finished jobs of each queue are, beyond it, estimates from the planner's row count. The
-//! statements are in the crate's `queries/` folder, one file per statement.
+//! finished jobs of each queue are, beyond it, estimates from the planner's row count. A
+//! filter that no index serves (done or failed jobs, a queue or a kind) reads at most
+//! [`Dashboard::scan_budget`] jobs (50,000 by default) per statement, by id from the page's
+//! position: the page says how far it searched and links to the next stretch, and its count
+//! covers the newest jobs only. The statements are in the crate's `queries/` folder, one file
+//! per statement.
 //!
 //! # Cross-site requests
 //!
@@ -133,6 +137,7 @@ pub(crate) struct Options {
     pub(crate) read_only: bool,
     pub(crate) statement_timeout: Duration,
     pub(crate) count_limit: i64,
+    pub(crate) scan_budget: i64,
     pub(crate) page_size: i64,
     pub(crate) bulk_limit: i64,
     pub(crate) refresh: Option<Duration>,
@@ -147,6 +152,8 @@ impl Dashboard {
     pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3);
     /// The default count beyond which counting stops.
     pub const DEFAULT_COUNT_LIMIT: u32 = 10_000;
+    /// The default number of jobs a filter that no index serves reads per statement.
+    pub const DEFAULT_SCAN_BUDGET: u32 = 50_000;
     /// The default number of jobs on a page of the job list.
     pub const DEFAULT_PAGE_SIZE: u32 = 50;
     /// The default number of jobs one bulk action changes at most.
@@ -164,6 +171,7 @@ impl Dashboard {
                 read_only: false,
                 statement_timeout: Self::DEFAULT_STATEMENT_TIMEOUT,
                 count_limit: i64::from(Self::DEFAULT_COUNT_LIMIT),
+                scan_budget: i64::from(Self::DEFAULT_SCAN_BUDGET),
                 page_size: i64::from(Self::DEFAULT_PAGE_SIZE),
                 bulk_limit: i64::from(Self::DEFAULT_BULK_LIMIT),
                 refresh: Some(Self::DEFAULT_REFRESH),
@@ -191,6 +199,18 @@ impl Dashboard {
     /// Counting stops at this many rows and shows `N+` (default 10,000; at least 100).
     pub fn count_limit(mut self, n: u32) -> Self {
         self.options.count_limit = i64::from(n.max(100));
+        self
+    }
+
+    /// The most jobs one statement reads for a filter that no index serves (default 50,000;
+    /// at least 10): done or failed jobs, or a queue or kind without a queued or running
+    /// state. Such a list page reads at most this many jobs by id from its position and, when
+    /// it finds fewer matches than a page, says how far it searched and links to the next
+    /// stretch; its count covers the newest this many jobs (`≥ n`), and a bulk action acts
+    /// on the matches among them. Queued and running jobs (through their indexes) and the
+    /// unfiltered list are exact whatever the budget.
+    pub fn scan_budget(mut self, n: u32) -> Self {
+        self.options.scan_budget = i64::from(n.max(10));
         self
     }
 

@@ -134,3 +134,43 @@ async fn count(b: &crate::support::Bundle, where_clause: &str) -> i64 {
         .unwrap()
         .get(0)
 }
+
+#[tokio::test]
+async fn a_bulk_action_on_an_unindexed_filter_acts_within_the_scan_budget() {
+    let b = setup().await;
+    let old = b.add_many(3, "q", "k", "failed").await;
+    b.add_many(100, "q", "k", "done").await;
+    let recent = b.add_many(4, "q", "k", "failed").await;
+    let r = b.dashboard(Access::full("t")).scan_budget(50).router();
+
+    let confirm = get(&r, "/bulk?action=retry&state=failed").await;
+    assert_eq!(confirm.status, StatusCode::OK);
+    assert!(
+        confirm.body.contains("4</span> jobs match"),
+        "{}",
+        confirm.body
+    );
+    assert!(
+        confirm.body.contains("Among the newest 50 jobs only"),
+        "{}",
+        confirm.body
+    );
+    let max_id = recent.last().unwrap();
+    let late = b.add("q", "k", "failed").await;
+    let p = post(
+        &r,
+        "/bulk",
+        &format!("action=retry&state=failed&max_id={max_id}&confirm=yes"),
+    )
+    .await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.body);
+    assert!(p.body.contains("Retried 4 of"), "{}", p.body);
+    assert!(p.body.contains("Among the 50 jobs with ids"), "{}", p.body);
+    for id in &recent {
+        assert_eq!(b.status(*id).await.as_deref(), Some("queued"));
+    }
+    // Beyond the budget, and newer than confirmed: left alone.
+    for id in old.iter().chain([&late]) {
+        assert_eq!(b.status(*id).await.as_deref(), Some("failed"));
+    }
+}

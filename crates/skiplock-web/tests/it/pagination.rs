@@ -71,3 +71,135 @@ async fn no_statement_pages_with_offset() {
         assert!(sql.contains("ORDER BY id"));
     }
 }
+
+#[tokio::test]
+async fn a_rare_match_beyond_the_scan_budget_is_found_by_searching_older() {
+    let b = setup().await;
+    let old = b.add("q", "rare", "failed").await;
+    b.add_many(150, "q", "common", "done").await;
+    let r = b.dashboard(Access::full("t")).scan_budget(100).router();
+
+    // The first page reads the newest 100 jobs only, finds nothing, and says so.
+    let page = get(&r, "/jobs?state=failed").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(ids(&page.body).is_empty(), "{}", page.body);
+    assert!(
+        page.body.contains("0 matches among the 100 jobs searched"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("among the newest 100 jobs"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Search older ›"), "{}", page.body);
+
+    // Its link goes on below where the scan stopped, and finds the older match.
+    let next = link(&page.body, "next").expect("a search-older link");
+    let page = get(&r, &next).await;
+    assert_eq!(ids(&page.body), vec![old], "{}", page.body);
+    // That stretch reached the oldest job: nothing further to search.
+    assert!(link(&page.body, "next").is_none(), "{}", page.body);
+    // And back up: the stretch above it, searched again.
+    let prev = link(&page.body, "prev").expect("a newer link");
+    let page = get(&r, &prev).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(ids(&page.body).is_empty(), "{}", page.body);
+
+    // An indexed filter is exact whatever the budget.
+    b.add_many(120, "q", "k", "queued").await;
+    let page = get(&r, "/jobs?state=queued").await;
+    assert!(
+        page.body.contains("120 matching jobs, newest first"),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test]
+async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics() {
+    let b = setup().await;
+    // Statistics taken on a small table, then many more rows: stale.
+    b.add_many(100, "q", "k", "done").await;
+    b.raw.batch_execute("ANALYZE jobs").await.unwrap();
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (queue, kind, payload, status, attempts, finished_at) \
+             SELECT 'q', 'k' || (i % 7), '{}', CASE WHEN i % 100 = 0 THEN 'failed' ELSE 'done' END, \
+                    1, now() FROM generate_series(1, 200000) i",
+        )
+        .await
+        .unwrap();
+    let top: i64 = b
+        .raw
+        .query_one("SELECT max(id) FROM jobs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let lo = top - 5_000;
+    let schema = format!("\"{}\"", b.db.schema());
+    let render = |sql: &str| -> String {
+        sql.lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace("{schema}", &schema)
+    };
+    let cases: [(&str, String); 4] = [
+        (
+            "job_list_older",
+            render(include_str!("../../queries/job_list_older.sql"))
+                .replace("$1::text", "'failed'::text")
+                .replace("$2::text", "NULL::text")
+                .replace("$3::text", "'nosuchkind'::text")
+                .replace("$4::int8", "NULL::int8")
+                .replace("$5", "51")
+                .replace("$6::int8", &format!("{lo}::int8")),
+        ),
+        (
+            "job_list_newer",
+            render(include_str!("../../queries/job_list_newer.sql"))
+                .replace("$1::text", "'failed'::text")
+                .replace("$2::text", "NULL::text")
+                .replace("$3::text", "'nosuchkind'::text")
+                .replace("$4::int8", &format!("{}::int8", lo - 5_000))
+                .replace("$5", "51")
+                .replace("$6::int8", &format!("{lo}::int8")),
+        ),
+        (
+            "job_count",
+            render(include_str!("../../queries/job_count.sql"))
+                .replace("$1::text", "'done'::text")
+                .replace("$2::text", "NULL::text")
+                .replace("$3::text", "'k3'::text")
+                .replace("$4", "10000")
+                .replace("$5::int8", &format!("{lo}::int8")),
+        ),
+        (
+            "job_select_ids",
+            render(include_str!("../../queries/job_select_ids.sql"))
+                .replace("$1::text", "'failed'::text")
+                .replace("$2::text", "NULL::text")
+                .replace("$3::text", "NULL::text")
+                .replace("$4::int8", &format!("{top}::int8"))
+                .replace("$5", "1000")
+                .replace("$6::int8", &format!("{lo}::int8")),
+        ),
+    ];
+    for (name, sql) in cases {
+        let plan: Vec<String> = b
+            .raw
+            .query(&format!("EXPLAIN {sql}"), &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("jobs_pkey") && !plan.contains("Seq Scan"),
+            "{name} reads a primary key range:\n{plan}"
+        );
+    }
+}
