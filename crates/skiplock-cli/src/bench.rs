@@ -666,28 +666,22 @@ async fn ceiling_sweep(
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<Vec<bench::CeilingPoint>> {
     let ceiling_batch = skiplock::WorkerConfig::default().max_claim_batch;
-    let (loops, pipelined) = (&plan.loops, &plan.pipelined);
+    let shapes = plan.loops.iter().map(|l| (*l, false));
+    let shapes = shapes.chain(plan.pipelined.iter().map(|l| (*l, true)));
     let mut ceilings = Vec::new();
-    for l in loops {
-        bar.set_message(format!("ceiling, {l} loops"));
-        let c = bench::ceiling(url, base, jobs, ceiling_batch, *l).await?;
+    for (l, pipelined) in shapes {
+        let c = if pipelined {
+            bar.set_message(format!("ceiling, {l} claim loops + 1 finish loop"));
+            bench::ceiling_pipelined(url, base, jobs, ceiling_batch, l).await?
+        } else {
+            bar.set_message(format!("ceiling, {l} loops"));
+            bench::ceiling(url, base, jobs, ceiling_batch, l).await?
+        };
         bar.inc(1);
         if args.json {
             print_json(&serde_json::json!({
                 "scenario": "throughput-ceiling", "jobs": c.jobs, "loops": c.loops,
-                "pipelined": false, "batch": c.batch, "jobs_per_s": c.jobs_per_s,
-            }));
-        }
-        ceilings.push(c);
-    }
-    for l in pipelined {
-        bar.set_message(format!("ceiling, {l} claim loops + 1 finish loop"));
-        let c = bench::ceiling_pipelined(url, base, jobs, ceiling_batch, *l).await?;
-        bar.inc(1);
-        if args.json {
-            print_json(&serde_json::json!({
-                "scenario": "throughput-ceiling", "jobs": c.jobs, "loops": c.loops,
-                "pipelined": true, "batch": c.batch, "jobs_per_s": c.jobs_per_s,
+                "pipelined": c.pipelined, "batch": c.batch, "jobs_per_s": c.jobs_per_s,
             }));
         }
         ceilings.push(c);
