@@ -23,7 +23,7 @@ pub struct QueueHealth {
     pub oldest_ready_age_s: f64,
     /// Jobs that finished (done or failed) in the last minute.
     pub finished_last_minute: i64,
-    /// Whether the queue is paused (see [`Client::pause_queue`]); a paused queue is listed
+    /// Whether the queue is paused (see [`Client::pause_queue`](crate::Client::pause_queue)); a paused queue is listed
     /// even when it has no job.
     pub paused: bool,
 }
