@@ -8,6 +8,7 @@ mod connection;
 mod enqueue;
 mod fencing;
 mod lifecycle;
+mod metrics;
 mod migrate;
 mod operations;
 mod outcomes;
