@@ -23,12 +23,15 @@ fn snapshotter() -> &'static Snapshotter {
     })
 }
 
+/// A metric's name and its sorted labels.
+type Id = (String, Vec<(String, String)>);
+
 /// What was recorded, summed over snapshots (a snapshot drains what it reads).
 #[derive(Default)]
 struct Seen {
-    counters: HashMap<(String, Vec<(String, String)>), u64>,
-    gauges: HashMap<(String, Vec<(String, String)>), f64>,
-    histograms: HashMap<(String, Vec<(String, String)>), Vec<f64>>,
+    counters: HashMap<Id, u64>,
+    gauges: HashMap<Id, f64>,
+    histograms: HashMap<Id, Vec<f64>>,
 }
 
 impl Seen {
@@ -58,7 +61,7 @@ impl Seen {
         }
     }
 
-    fn matches(id: &(String, Vec<(String, String)>), name: &str, labels: &[(&str, &str)]) -> bool {
+    fn matches(id: &Id, name: &str, labels: &[(&str, &str)]) -> bool {
         id.0 == name
             && labels
                 .iter()
