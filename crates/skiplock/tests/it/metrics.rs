@@ -3,7 +3,7 @@
 //! same time, which record into the same recorder, do not disturb its counts.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -12,6 +12,7 @@ use skiplock::metrics as m;
 use skiplock::{JobContext, JobError, JobOptions, NewJob, Registry, Worker};
 
 use crate::support::setup;
+use crate::worker::{client, eventually, noop, spawn_worker};
 
 fn snapshotter() -> &'static Snapshotter {
     static S: OnceLock<Snapshotter> = OnceLock::new();
@@ -21,6 +22,18 @@ fn snapshotter() -> &'static Snapshotter {
         recorder.install().unwrap();
         s
     })
+}
+
+/// Everything recorded so far: a snapshot drains the recorder, so the tests of this file
+/// share one record, each reading its own queues' series.
+fn seen() -> MutexGuard<'static, Seen> {
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
+    let mut guard = SEEN
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    guard.take();
+    guard
 }
 
 /// A metric's name and its sorted labels.
@@ -96,7 +109,7 @@ impl Seen {
 
 #[tokio::test]
 async fn the_worker_and_the_client_record_what_they_did() {
-    let snap = snapshotter();
+    drop(seen()); // installs the recorder
     let b = setup().await;
     let (qa, qb) = ("metrics_a", "metrics_b");
     let opts = JobOptions::default();
@@ -114,8 +127,6 @@ async fn the_worker_and_the_client_record_what_they_did() {
         .register_handler("snoozes", opts, |_p: String, _c: JobContext| async {
             Err::<(), JobError>(JobError::snooze(Duration::from_secs(3600)))
         });
-    let _ = snap.snapshot();
-    let mut seen = Seen::default();
 
     for _ in 0..3 {
         b.client
@@ -147,7 +158,7 @@ async fn the_worker_and_the_client_record_what_they_did() {
         .await
         .unwrap()
         .is_inserted());
-    seen.take();
+    let seen = self::seen();
     let enq = |q, k| seen.counter(m::JOBS_ENQUEUED, &[("queue", q), ("kind", k)]);
     assert_eq!(
         (
@@ -160,6 +171,7 @@ async fn the_worker_and_the_client_record_what_they_did() {
         (3, 2, 1, 1, 1),
         "a duplicate is not counted"
     );
+    drop(seen);
 
     let stats = Worker::builder(b.client.clone(), registry.clone())
         .queue(qa, 4)
@@ -170,7 +182,7 @@ async fn the_worker_and_the_client_record_what_they_did() {
         .await
         .unwrap();
     assert_eq!(stats.claimed, 8);
-    seen.take();
+    let seen = self::seen();
     assert_eq!(seen.counter(m::JOBS_CLAIMED, &[("queue", qa)]), 5);
     assert_eq!(seen.counter(m::JOBS_CLAIMED, &[("queue", qb)]), 3);
     let fin = |q, k, o, s| {
@@ -198,6 +210,7 @@ async fn the_worker_and_the_client_record_what_they_did() {
         seen.samples(m::CLAIM_DURATION, &[("queue", qa)]).len(),
         batches.len()
     );
+    drop(seen);
 
     // The database gauges: a serving worker with them on publishes them.
     let worker = Worker::builder(b.client.clone(), registry)
@@ -209,7 +222,7 @@ async fn the_worker_and_the_client_record_what_they_did() {
         .run(tokio::time::sleep(Duration::from_millis(600)))
         .await
         .unwrap();
-    seen.take();
+    let seen = self::seen();
     let jobs = |q, s| seen.gauge(m::JOBS, &[("queue", q), ("state", s)]);
     assert_eq!(jobs(qa, "done"), Some(3.0));
     assert_eq!(jobs(qa, "failed"), Some(2.0));
@@ -217,4 +230,59 @@ async fn the_worker_and_the_client_record_what_they_did() {
     assert_eq!(seen.gauge(m::JOBS_READY, &[("queue", qb)]), Some(0.0));
     assert!(seen.gauge(m::TABLE_DEAD_TUPLES, &[]).is_some());
     assert!(seen.gauge(m::OLDEST_XMIN_AGE, &[]).is_some());
+}
+
+/// Scale to zero: with the poll off, the gauges are read only around real work, never by an
+/// idle worker (no statement at all: its connections do not move).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_poll_off_an_idle_worker_reads_no_gauges() {
+    drop(seen()); // installs the recorder
+    let b = setup().await;
+    let app = format!("gauges-idle-{}", b.db.schema());
+    let q = "metrics_idle";
+    let worker = Worker::builder(
+        client(&b, &app),
+        Registry::new().register_handler("k", JobOptions::default(), noop()),
+    )
+    .queue(q, 2)
+    .poll_interval(None)
+    .idle_connection_timeout(None)
+    .vacuum_threshold(None)
+    .prune(None)
+    .metrics_gauges_interval(Some(Duration::from_millis(100)))
+    .build()
+    .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    // The start (its first claim) is work: let the rounds after it pass.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let snapshot = || async {
+        let rows = b
+            .raw
+            .query(
+                "SELECT pid, state_change::text FROM pg_stat_activity
+                 WHERE application_name = $1 ORDER BY pid",
+                &[&app],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| (r.get::<_, i32>(0), r.get::<_, String>(1)))
+            .collect::<Vec<_>>()
+    };
+    let before = snapshot().await;
+    assert!(!before.is_empty());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(before, snapshot().await, "a statement was sent while idle");
+
+    // Real work: the gauges follow it.
+    b.client
+        .enqueue(&NewJob::new("k", &1).queue(q))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(15), "the gauges after work", || async {
+        self::seen().gauge(m::JOBS, &[("queue", q), ("state", "done")]) == Some(1.0)
+    })
+    .await;
+    stop.send(()).unwrap();
+    handle.await.unwrap();
 }
