@@ -158,20 +158,21 @@ async fn the_worker_and_the_client_record_what_they_did() {
         .await
         .unwrap()
         .is_inserted());
-    let seen = self::seen();
-    let enq = |q, k| seen.counter(m::JOBS_ENQUEUED, &[("queue", q), ("kind", k)]);
-    assert_eq!(
-        (
-            enq(qa, "ok"),
-            enq(qa, "perm"),
-            enq(qb, "again"),
-            enq(qb, "snoozes"),
-            enq(qb, "ok")
-        ),
-        (3, 2, 1, 1, 1),
-        "a duplicate is not counted"
-    );
-    drop(seen);
+    {
+        let seen = self::seen();
+        let enq = |q, k| seen.counter(m::JOBS_ENQUEUED, &[("queue", q), ("kind", k)]);
+        assert_eq!(
+            (
+                enq(qa, "ok"),
+                enq(qa, "perm"),
+                enq(qb, "again"),
+                enq(qb, "snoozes"),
+                enq(qb, "ok")
+            ),
+            (3, 2, 1, 1, 1),
+            "a duplicate is not counted"
+        );
+    }
 
     let stats = Worker::builder(b.client.clone(), registry.clone())
         .queue(qa, 4)
@@ -182,35 +183,36 @@ async fn the_worker_and_the_client_record_what_they_did() {
         .await
         .unwrap();
     assert_eq!(stats.claimed, 8);
-    let seen = self::seen();
-    assert_eq!(seen.counter(m::JOBS_CLAIMED, &[("queue", qa)]), 5);
-    assert_eq!(seen.counter(m::JOBS_CLAIMED, &[("queue", qb)]), 3);
-    let fin = |q, k, o, s| {
-        seen.counter(
-            m::JOBS_FINISHED,
-            &[("queue", q), ("kind", k), ("outcome", o), ("state", s)],
-        )
-    };
-    assert_eq!(fin(qa, "ok", "complete", "done"), 3);
-    assert_eq!(fin(qa, "perm", "discard", "failed"), 2);
-    assert_eq!(fin(qb, "again", "retry", "failed"), 1);
-    assert_eq!(fin(qb, "snoozes", "snooze", "queued"), 1);
-    assert_eq!(fin(qb, "ok", "complete", "done"), 1);
-    assert_eq!(
-        seen.counter(m::JOBS_FINISHED, &[("outcome", "lost"), ("queue", qa)]),
-        0
-    );
-    let runs = seen.samples(m::JOB_RUN, &[("queue", qa), ("kind", "ok")]);
-    assert_eq!(runs.len(), 3);
-    assert!(runs.iter().all(|s| *s >= 0.02), "{runs:?}");
-    assert_eq!(seen.samples(m::JOB_QUEUE_WAIT, &[("queue", qa)]).len(), 5);
-    let batches = seen.samples(m::CLAIM_BATCH_SIZE, &[("queue", qa)]);
-    assert_eq!(batches.iter().sum::<f64>(), 5.0, "{batches:?}");
-    assert_eq!(
-        seen.samples(m::CLAIM_DURATION, &[("queue", qa)]).len(),
-        batches.len()
-    );
-    drop(seen);
+    {
+        let seen = self::seen();
+        assert_eq!(seen.counter(m::JOBS_CLAIMED, &[("queue", qa)]), 5);
+        assert_eq!(seen.counter(m::JOBS_CLAIMED, &[("queue", qb)]), 3);
+        let fin = |q, k, o, s| {
+            seen.counter(
+                m::JOBS_FINISHED,
+                &[("queue", q), ("kind", k), ("outcome", o), ("state", s)],
+            )
+        };
+        assert_eq!(fin(qa, "ok", "complete", "done"), 3);
+        assert_eq!(fin(qa, "perm", "discard", "failed"), 2);
+        assert_eq!(fin(qb, "again", "retry", "failed"), 1);
+        assert_eq!(fin(qb, "snoozes", "snooze", "queued"), 1);
+        assert_eq!(fin(qb, "ok", "complete", "done"), 1);
+        assert_eq!(
+            seen.counter(m::JOBS_FINISHED, &[("outcome", "lost"), ("queue", qa)]),
+            0
+        );
+        let runs = seen.samples(m::JOB_RUN, &[("queue", qa), ("kind", "ok")]);
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().all(|s| *s >= 0.02), "{runs:?}");
+        assert_eq!(seen.samples(m::JOB_QUEUE_WAIT, &[("queue", qa)]).len(), 5);
+        let batches = seen.samples(m::CLAIM_BATCH_SIZE, &[("queue", qa)]);
+        assert_eq!(batches.iter().sum::<f64>(), 5.0, "{batches:?}");
+        assert_eq!(
+            seen.samples(m::CLAIM_DURATION, &[("queue", qa)]).len(),
+            batches.len()
+        );
+    }
 
     // The database gauges: a serving worker with them on publishes them.
     let worker = Worker::builder(b.client.clone(), registry)
