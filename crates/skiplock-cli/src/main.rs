@@ -12,6 +12,7 @@ mod enqueue;
 mod errors;
 mod exec;
 mod lab;
+mod metrics;
 mod output;
 mod parse;
 mod queue;

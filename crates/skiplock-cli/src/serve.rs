@@ -37,6 +37,8 @@ pub struct Args {
     /// Show the pages only: no retry, cancel or delete.
     #[arg(long)]
     read_only: bool,
+    #[command(flatten)]
+    metrics: crate::metrics::MetricsArgs,
 }
 
 /// The signed-in user, left in the request by the basic-auth layer.
@@ -79,6 +81,13 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .get(skiplock::JobId(1))
         .await
         .map_err(|e| schema_hint(e, &target.schema))?;
+    args.metrics.start().await?;
+    if let Some(every) = args.metrics.gauges_interval() {
+        let client = client.clone();
+        tokio::spawn(async move {
+            skiplock::metrics::publish_gauges(&client, every, std::future::pending()).await
+        });
+    }
     let router = Dashboard::new(client, |req: &axum::http::request::Parts| {
         match req.extensions.get::<User>() {
             Some(User(name)) => Access::full(name.clone()),

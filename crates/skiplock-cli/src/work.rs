@@ -115,6 +115,8 @@ pub struct Args {
     /// Print the final counts as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    metrics: crate::metrics::MetricsArgs,
     /// Run every job with this command; it must come last. The payload is on its standard
     /// input; SKIPLOCK_JOB_ID, SKIPLOCK_ATTEMPT, SKIPLOCK_QUEUE and SKIPLOCK_KIND are set.
     /// Exit 0: done. Exit 75: retry. Any other exit or a signal: retry, with the end of its
@@ -150,6 +152,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .client_prepared(concurrency.clamp(4, 32), args.prepared_statements)
         .await?;
     crate::database::wait_reachable(&client).await?;
+    args.metrics.start().await?;
     let mut builder = Worker::builder(client, registry)
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)
@@ -168,7 +171,8 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                 .map(skiplock::PruneOptions::older_than),
         )
         .idle_connection_timeout(args.idle_timeout.0)
-        .vacuum_threshold(args.vacuum_threshold.0);
+        .vacuum_threshold(args.vacuum_threshold.0)
+        .metrics_gauges_interval(args.metrics.gauges_interval());
     for q in &queues {
         builder = builder.queue(&q.0, q.1);
     }

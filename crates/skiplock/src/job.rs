@@ -222,6 +222,16 @@ pub(crate) struct EncodedBatch {
 pub const MAX_BATCH_BYTES: usize = 256 * 1024 * 1024;
 
 impl EncodedBatch {
+    /// Counts the batch's jobs as enqueued (see [`crate::metrics::JOBS_ENQUEUED`]).
+    pub(crate) fn count_enqueued(&self) {
+        crate::metrics::enqueued(
+            self.queue
+                .iter()
+                .zip(&self.kind)
+                .map(|(q, k)| (q.as_str(), k.as_str())),
+        );
+    }
+
     /// Validates every job; the first refusal refuses the whole batch.
     pub(crate) fn encode(jobs: &[NewJob], max_payload_bytes: usize) -> Result<Self> {
         let mut b = EncodedBatch::default();

@@ -52,6 +52,7 @@ pub mod input;
 mod job;
 mod job_id;
 mod maintenance;
+pub mod metrics;
 mod migrate;
 mod notices;
 mod outcome;

@@ -70,6 +70,7 @@ const BUSY_GIVE_UP: Duration = Duration::from_secs(10);
 
 fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
     Finish {
+        kind: String::new(),
         id,
         attempt,
         queue: String::new(),
@@ -245,7 +246,9 @@ impl Client {
     pub async fn enqueue(&self, job: &NewJob) -> Result<JobId> {
         let j = job.encode(self.inner.max_payload_bytes)?;
         let conn = self.conn("enqueue a job").await?;
-        self.store().job_insert((&**conn).into_conn(), &j).await
+        let id = self.store().job_insert((&**conn).into_conn(), &j).await?;
+        crate::metrics::enqueued([(j.queue.as_str(), j.kind.as_str())]);
+        Ok(id)
     }
 
     /// Enqueues one job through the caller's connection or transaction (see [`Executor`]).
@@ -254,7 +257,9 @@ impl Client {
     /// transaction commits; a rollback removes both. Workers never see it before.
     pub async fn enqueue_tx<'c>(&self, conn: impl Executor<'c>, job: &NewJob) -> Result<JobId> {
         let j = job.encode(self.inner.max_payload_bytes)?;
-        self.store().job_insert(conn.into_conn(), &j).await
+        let id = self.store().job_insert(conn.into_conn(), &j).await?;
+        crate::metrics::enqueued([(j.queue.as_str(), j.kind.as_str())]);
+        Ok(id)
     }
 
     /// Enqueues many jobs in one statement (one array per column, so thousands per call).
@@ -267,9 +272,12 @@ impl Client {
             return Ok(Vec::new());
         }
         let conn = self.conn("enqueue jobs").await?;
-        self.store()
+        let ids = self
+            .store()
             .job_insert_many((&**conn).into_conn(), &b)
-            .await
+            .await?;
+        b.count_enqueued();
+        Ok(ids)
     }
 
     /// [`Client::enqueue_many`] through the caller's connection or transaction.
@@ -279,7 +287,9 @@ impl Client {
         jobs: &[NewJob],
     ) -> Result<Vec<JobId>> {
         let b = EncodedBatch::encode(jobs, self.inner.max_payload_bytes)?;
-        self.store().job_insert_many(conn.into_conn(), &b).await
+        let ids = self.store().job_insert_many(conn.into_conn(), &b).await?;
+        b.count_enqueued();
+        Ok(ids)
     }
 
     // ---- Lifecycle -----------------------------------------------------------------------

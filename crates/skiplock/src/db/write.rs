@@ -45,6 +45,8 @@ pub(crate) struct Finish {
     pub id: JobId,
     /// The job's queue (not sent: the worker wakes that queue when the job is due again).
     pub queue: String,
+    /// The job's kind (not sent: a label of the worker's metrics).
+    pub kind: String,
     pub attempt: i32,
     pub outcome: Outcome,
 }
@@ -55,6 +57,7 @@ impl Finish {
         Finish {
             id,
             queue: String::new(),
+            kind: String::new(),
             attempt,
             outcome: Outcome::Complete,
         }

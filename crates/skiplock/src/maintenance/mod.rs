@@ -1,7 +1,8 @@
 //! The maintenance services that keep a queue healthy besides running jobs, one file each:
 //! [`reaper`] (expired leases back to the queue), [`pruner`] (finished jobs deleted or
 //! archived), [`vacuum`] (the jobs table's dead row versions), [`idle`] (closing idle pool
-//! connections) and [`scheduler`] (periodic jobs' fires).
+//! connections), [`scheduler`] (periodic jobs' fires) and [`gauges`] (the database-derived
+//! metrics, when turned on).
 //!
 //! Every service has the same shape: a config struct whose fields document their defaults, a
 //! `run_once` that does one round and returns its counts in a small report, and a [`Service`]
@@ -28,6 +29,7 @@
 //! at all: it only closes this process's own pool connections and sends no statement, so
 //! every process runs its own.
 
+pub(crate) mod gauges;
 pub(crate) mod idle;
 pub(crate) mod pruner;
 pub(crate) mod reaper;

@@ -280,6 +280,7 @@ impl Client {
         let t: &tokio_postgres::Transaction<'_> = &tx;
         let out = run(&mut store::Tokio(t), store.sql(), &prepared).await?;
         store.commit(tx, OP).await?;
+        count_inserted(&prepared, &out);
         Ok(out)
     }
 
@@ -295,11 +296,24 @@ impl Client {
             return Ok(Vec::new());
         }
         let sql = self.store().sql();
-        match conn.into_conn() {
+        let out = match conn.into_conn() {
             Conn::TokioClient(c) => run(&mut store::Tokio(c), sql, &prepared).await,
             Conn::TokioTx(t) => run(&mut store::Tokio(t), sql, &prepared).await,
             #[cfg(feature = "sqlx-0_8")]
             Conn::Sqlx(c) => run(&mut store::Sqlx(c), sql, &prepared).await,
-        }
+        }?;
+        count_inserted(&prepared, &out);
+        Ok(out)
     }
+}
+
+/// Counts the inserted jobs (not the duplicates) as enqueued.
+fn count_inserted(prepared: &[Prepared], out: &[Enqueued]) {
+    crate::metrics::enqueued(
+        prepared
+            .iter()
+            .zip(out)
+            .filter(|(_, e)| e.is_inserted())
+            .map(|(p, _)| (p.job.queue.as_str(), p.job.kind.as_str())),
+    );
 }

@@ -273,9 +273,11 @@ fn account(
                     _ => JobEnd::Retried,
                 };
                 c.ended(f.id, f.attempt, end);
+                crate::metrics::finished(&f.queue, &f.kind, f.outcome.sql_name(), w.state.as_str());
             }
             Verdict::Lost => {
                 c.ended(f.id, f.attempt, JobEnd::Lost);
+                crate::metrics::finished(&f.queue, &f.kind, "lost", "none");
                 if failures > 0 {
                     tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not applied; it may have been written before the connection failed");
                 } else {

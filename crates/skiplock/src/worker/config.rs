@@ -69,6 +69,13 @@ pub struct WorkerConfig {
     /// autovacuum alone. Needs the right to VACUUM the table (its owner, or MAINTAIN on
     /// PostgreSQL 17 and later): without it, one warning and autovacuum alone.
     pub vacuum_threshold: Option<u64>,
+    /// How often to read the database-derived gauges of [`crate::metrics`] (jobs per queue and
+    /// state, the oldest ready job's age, the jobs table's tuples, the oldest transaction
+    /// holding back vacuum) into the installed metrics recorder (default `None`: off). One
+    /// process at a time reads them (a maintenance lock elects it); with the poll off, only
+    /// after real work. The counters and histograms of [`crate::metrics`] are recorded
+    /// whatever this says.
+    pub metrics_gauges_interval: Option<Duration>,
 }
 
 impl WorkerConfig {
@@ -129,6 +136,7 @@ impl WorkerConfig {
             || self.reap_interval.is_zero()
             || self.prune_interval.is_zero()
             || self.idle_connection_timeout == Some(Duration::ZERO)
+            || self.metrics_gauges_interval == Some(Duration::ZERO)
         {
             return Err(Error::invalid(
                 "worker",
@@ -190,6 +198,7 @@ impl Default for WorkerConfig {
             prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
             idle_connection_timeout: Some(Self::DEFAULT_IDLE_CONNECTION_TIMEOUT),
             vacuum_threshold: Some(Self::DEFAULT_VACUUM_THRESHOLD),
+            metrics_gauges_interval: None,
         }
     }
 }
@@ -263,6 +272,12 @@ impl WorkerBuilder {
     /// See [`WorkerConfig::idle_connection_timeout`]; `None` keeps idle connections open.
     pub fn idle_connection_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.cfg.idle_connection_timeout = timeout;
+        self
+    }
+
+    /// See [`WorkerConfig::metrics_gauges_interval`]; `None` (the default) reads none.
+    pub fn metrics_gauges_interval(mut self, every: Option<Duration>) -> Self {
+        self.cfg.metrics_gauges_interval = every;
         self
     }
 

@@ -105,6 +105,7 @@ pub(crate) async fn run(
     let backoff = entry
         .as_ref()
         .map_or_else(Backoff::default, |e| e.options.backoff);
+    let started = std::time::Instant::now();
     let outcome = async {
         let Some(entry) = entry else {
             let mut kinds = shared.registry.kinds().join(", ");
@@ -172,9 +173,16 @@ pub(crate) async fn run(
 
     let lost = attempt.finish();
     drop(permit);
+    ::metrics::histogram!(
+        crate::metrics::JOB_RUN,
+        "queue" => job.queue.clone(),
+        "kind" => job.kind.clone()
+    )
+    .record(crate::metrics::secs(started.elapsed()));
     let _enter = span.enter();
     if lost {
         shared.counters.ended(job.id, job.attempt, JobEnd::Lost);
+        crate::metrics::finished(&job.queue, &job.kind, "lost", "none");
         tracing::warn!("lease lost while running: result dropped (the job is no longer ours)");
         return;
     }
@@ -198,6 +206,7 @@ fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome) {
     let finish = Finish {
         id: job.id,
         queue: job.queue.clone(),
+        kind: job.kind.clone(),
         attempt: job.attempt,
         outcome,
     };

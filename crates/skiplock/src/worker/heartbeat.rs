@@ -60,6 +60,7 @@ async fn beat(shared: &Shared) {
             Ok(v) => v,
             Err(e) => {
                 // The leases still run; the next beat tries again.
+                ::metrics::counter!(crate::metrics::HEARTBEAT_ERRORS).increment(1);
                 tracing::warn!(error = %error_chain(&e), "heartbeat failed");
                 return;
             }
@@ -89,6 +90,9 @@ async fn beat(shared: &Shared) {
         wait *= 2;
         todo = busy;
     }
+    ::metrics::counter!(crate::metrics::HEARTBEAT_ROUNDS).increment(1);
+    ::metrics::counter!(crate::metrics::HEARTBEAT_RENEWED).increment(renewed as u64);
+    ::metrics::counter!(crate::metrics::HEARTBEAT_LOST).increment(lost_n as u64);
     shared.counters.events.emit(|| WorkerEvent::Heartbeat {
         renewed,
         lost: lost_n,

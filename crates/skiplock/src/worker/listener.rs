@@ -49,12 +49,15 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         failures: 0,
         warned_deaf: false,
     };
+    // 0 until connected, again after each disconnect, and when the listener stops.
+    let _connected = Connected::new();
     loop {
         let outcome = tokio::select! {
             () = shared.stop_services.cancelled() => return,
             r = listen_once(&shared, &config, &connector, &mut state) => r,
         };
         // Nothing is heard until the next connection proves it hears: poll meanwhile.
+        crate::metrics::flag(crate::metrics::LISTENER_CONNECTED, false);
         shared.set_listen_deaf(true);
         match outcome {
             Ok(()) => tracing::warn!("LISTEN connection closed; reconnecting"),
@@ -68,6 +71,22 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             () = shared.stop_services.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// Sets [`crate::metrics::LISTENER_CONNECTED`] to 0 when made and when dropped.
+struct Connected;
+
+impl Connected {
+    fn new() -> Self {
+        crate::metrics::flag(crate::metrics::LISTENER_CONNECTED, false);
+        Connected
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        crate::metrics::flag(crate::metrics::LISTENER_CONNECTED, false);
     }
 }
 
@@ -110,6 +129,7 @@ async fn listen_once(
     }
     state.failures = 0;
     tracing::debug!(%channel, "listening");
+    crate::metrics::flag(crate::metrics::LISTENER_CONNECTED, true);
     shared.counters.events.emit(|| WorkerEvent::Listening);
     // Anything enqueued before this LISTEN took effect (while we were away, or between the
     // producers' first claim and now) sent its notification to nobody: look once. A resume

@@ -40,6 +40,7 @@ use crate::client::Client;
 use crate::error::{error_chain, Error, Result};
 use crate::handler::Registry;
 use crate::input;
+use crate::maintenance::gauges::Gauges;
 use crate::maintenance::idle::IdleCloser;
 use crate::maintenance::pruner::Pruner;
 use crate::maintenance::reaper::{self, Reaper};
@@ -368,6 +369,13 @@ fn spawn_maintenance(shared: &Arc<Shared>, services: &mut JoinSet<()>) {
         services.spawn(maintain(
             shared.clone(),
             Vacuum::new(client.clone(), v),
+            |_, _| {},
+        ));
+    }
+    if let Some(every) = cfg.metrics_gauges_interval {
+        services.spawn(maintain(
+            shared.clone(),
+            Gauges::new(client.clone(), every),
             |_, _| {},
         ));
     }

@@ -26,6 +26,8 @@ use super::executor;
 use super::state::{Counters, QueueSlot, Shared};
 use crate::error::{error_chain, Error};
 use crate::job::ClaimedJob;
+use crate::metrics as m;
+use ::metrics::{counter, histogram};
 
 /// The least time between the starts of two next-due lookups of one queue.
 pub(crate) const LOOKUP_GAP: Duration = Duration::from_millis(50);
@@ -198,14 +200,40 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Claims up to `want` jobs on a connection of its own.
+/// Claims up to `want` jobs on a connection of its own; records the claim's metrics.
 async fn claim(shared: &Shared, slot: &QueueSlot, want: u32) -> Result<Vec<ClaimedJob>, Error> {
-    let conn = shared.client.conn("claim jobs").await?;
-    shared
-        .client
-        .store()
-        .job_claim(&conn, &slot.name, i64::from(want), shared.lease_us)
-        .await
+    let started = std::time::Instant::now();
+    let result = async {
+        let conn = shared.client.conn("claim jobs").await?;
+        shared
+            .client
+            .store()
+            .job_claim(&conn, &slot.name, i64::from(want), shared.lease_us)
+            .await
+    }
+    .await;
+    let queue = || slot.name.clone();
+    histogram!(m::CLAIM_DURATION, "queue" => queue()).record(m::secs(started.elapsed()));
+    match &result {
+        Ok(jobs) => {
+            histogram!(m::CLAIM_BATCH_SIZE, "queue" => queue()).record(jobs.len() as f64);
+            if !jobs.is_empty() {
+                counter!(m::JOBS_CLAIMED, "queue" => queue()).increment(jobs.len() as u64);
+            }
+            let wait = histogram!(m::JOB_QUEUE_WAIT, "queue" => queue());
+            for job in jobs {
+                // Claimed at the lease's start, by the database's clock, as `run_at`.
+                let claimed_at = job
+                    .locked_until
+                    .checked_sub(shared.cfg.lease)
+                    .unwrap_or(job.locked_until);
+                let waited = claimed_at.duration_since(job.run_at).unwrap_or_default();
+                wait.record(m::secs(waited));
+            }
+        }
+        Err(_) => counter!(m::CLAIM_ERRORS, "queue" => queue()).increment(1),
+    }
+    result
 }
 
 /// Starts the claimed jobs, each with one of the slots its claim took (the slots left over

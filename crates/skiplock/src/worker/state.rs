@@ -233,6 +233,7 @@ impl Shared {
     /// producer picks up the poll interval now in force (without claiming at once: the
     /// listener wakes them when it connects).
     pub(crate) fn set_listen_deaf(&self, deaf: bool) {
+        crate::metrics::flag(crate::metrics::POLLING_FALLBACK, deaf);
         if self.counters.listen_deaf.swap(deaf, Ordering::Relaxed) != deaf {
             for q in self.queues.values() {
                 q.reschedule.notify_one();
@@ -273,6 +274,11 @@ impl Shared {
             failed: report.failed(),
             skipped: report.skipped,
         });
+        let reaped = |state: &'static str, n: u64| {
+            ::metrics::counter!(crate::metrics::JOBS_REAPED, "state" => state).increment(n);
+        };
+        reaped("queued", report.requeued());
+        reaped("failed", report.failed());
         let total = report.jobs.len() as u64;
         if total > 0 {
             Counters::add(&self.counters.reaped, total);

@@ -8,6 +8,7 @@ mod connection;
 mod enqueue;
 mod fencing;
 mod lifecycle;
+mod metrics;
 mod migrate;
 mod operations;
 mod outcomes;
@@ -18,6 +19,7 @@ mod plans;
 mod privileges;
 mod runtime;
 mod support;
+#[cfg(feature = "testing")]
 mod testing;
 mod tls;
 mod unique;
