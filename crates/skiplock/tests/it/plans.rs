@@ -346,8 +346,14 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
     for (n, init) in &all {
         let scan = n["Node Type"].as_str().unwrap_or("").ends_with("Scan");
         if scan && n["Relation Name"] == "jobs" && !init {
+            // Not run at all (under the one-time filter), or, on PostgreSQL 13, where the
+            // update's merge join starts its side, stopped at its first row.
             let loops = n["Actual Loops"].as_f64().unwrap_or(0.0);
-            assert_eq!(loops, 0.0, "a paused queue's jobs were scanned:\n{ran:#}");
+            let rows = n["Actual Rows"].as_f64().unwrap_or(0.0);
+            assert!(
+                loops * rows <= 1.0,
+                "a paused queue's jobs were scanned:\n{ran:#}"
+            );
         }
     }
     assert_eq!(ran["Actual Rows"].as_f64(), Some(0.0), "{ran:#}");

@@ -298,7 +298,7 @@ async fn by_queue_and_period_are_part_of_the_key() {
     let frac: f64 = b
         .raw
         .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) % 1)::float8",
+            "SELECT (extract(epoch FROM clock_timestamp())::numeric % 1)::float8",
             &[],
         )
         .await
