@@ -1,5 +1,6 @@
-//! The queues page: per queue, jobs in each state, jobs finished in the last minute and the
-//! oldest ready job's age.
+//! The queues page: per queue, jobs in each state, jobs finished in the last minute, the
+//! oldest ready job's age and whether it is paused (with Pause and Resume buttons); then the
+//! periodic schedules (with Run now, Pause and Resume).
 //!
 //! The table is a list of [`Column`]s over [`QueueRow`]s, and the page a list of sections:
 //! a column (a queue's pause state) or a section (periodic schedules) is one more entry.
