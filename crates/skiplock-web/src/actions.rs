@@ -418,3 +418,75 @@ pub(crate) async fn bulk(
         ),
     )
 }
+
+fn control_failed(app: &App, v: &Viewer, what: &str, e: &skiplock::Error) -> Response {
+    tracing::warn!(principal = %v.principal, action = what, error = %e, "dashboard action failed");
+    html_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        html::message(
+            &app.frame(v),
+            "Action failed",
+            &format!("Could not {what}: {e}"),
+        ),
+    )
+}
+
+fn no_such_action(app: &App, v: &Viewer) -> Response {
+    html_response(
+        StatusCode::NOT_FOUND,
+        html::message(&app.frame(v), "Not found", "There is no such action."),
+    )
+}
+
+/// `POST /queues/{name}/{pause|resume}`: through [`Client::pause_queue`](skiplock::Client::pause_queue)
+/// (with the principal as who paused) or [`Client::resume_queue`](skiplock::Client::resume_queue),
+/// then back to the queues page.
+pub(crate) async fn queue(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    let result = match action.as_str() {
+        "pause" => app.client.pause_queue(&name, Some(&v.principal)).await,
+        "resume" => app.client.resume_queue(&name).await,
+        _ => return no_such_action(&app, &v),
+    };
+    if let Err(e) = result {
+        return control_failed(&app, &v, &format!("{action} the queue"), &e);
+    }
+    tracing::info!(principal = %v.principal, action = %action, queue = %name, "dashboard queue action");
+    Redirect::to(&format!("{}/", v.base)).into_response()
+}
+
+/// `POST /schedules/{name}/{run|pause|resume}`: through
+/// [`Client::run_schedule_now`](skiplock::Client::run_schedule_now),
+/// [`Client::pause_schedule`](skiplock::Client::pause_schedule) or
+/// [`Client::resume_schedule`](skiplock::Client::resume_schedule), then back to the queues page.
+pub(crate) async fn schedule(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    let result = match action.as_str() {
+        "run" => app
+            .client
+            .run_schedule_now(&name)
+            .await
+            .map(|j| j.is_some()),
+        "pause" => app.client.pause_schedule(&name).await,
+        "resume" => app.client.resume_schedule(&name).await,
+        _ => return no_such_action(&app, &v),
+    };
+    let changed = match result {
+        Ok(c) => c,
+        Err(e) => return control_failed(&app, &v, &format!("{action} the schedule"), &e),
+    };
+    tracing::info!(
+        principal = %v.principal,
+        action = %action,
+        schedule = %name,
+        changed,
+        "dashboard schedule action"
+    );
+    Redirect::to(&format!("{}/", v.base)).into_response()
+}

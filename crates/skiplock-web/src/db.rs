@@ -42,6 +42,8 @@ statements! {
     queue_active => "queue_active.sql",
     queue_finished => "queue_finished.sql",
     queue_finished_recent => "queue_finished_recent.sql",
+    queue_paused => "queue_paused.sql",
+    schedule_list => "schedule_list.sql",
     table_estimate => "table_estimate.sql",
     job_list_older => "job_list_older.sql",
     job_list_newer => "job_list_newer.sql",

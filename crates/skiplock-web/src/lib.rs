@@ -260,6 +260,8 @@ impl Dashboard {
             .route("/jobs/{id}", get(jobs::show))
             .route("/jobs/{id}/{action}", post(actions::single))
             .route("/bulk", get(actions::confirm).post(actions::bulk))
+            .route("/queues/{name}/{action}", post(actions::queue))
+            .route("/schedules/{name}/{action}", post(actions::schedule))
             .route("/health", get(health::page))
             .route("/assets/dashboard.css", get(css))
             .route("/assets/dashboard.js", get(js))

@@ -1,5 +1,6 @@
-//! The queues page: per queue, jobs in each state, jobs finished in the last minute and the
-//! oldest ready job's age.
+//! The queues page: per queue, jobs in each state, jobs finished in the last minute, the
+//! oldest ready job's age and whether it is paused (with Pause and Resume buttons); then the
+//! periodic schedules (with Run now, Pause and Resume).
 //!
 //! The table is a list of [`Column`]s over [`QueueRow`]s, and the page a list of sections:
 //! a column (a queue's pause state) or a section (periodic schedules) is one more entry.
@@ -30,6 +31,20 @@ pub(crate) struct QueueRow {
     /// `None`: not known (its read was cancelled by the statement timeout).
     pub(crate) last_minute: Option<Count>,
     pub(crate) oldest_ready_s: f64,
+    /// Paused: since when (epoch seconds), by whom, and the database's clock then.
+    pub(crate) paused: Option<(Option<f64>, Option<String>, f64)>,
+}
+
+/// One periodic schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScheduleRow {
+    pub(crate) name: String,
+    pub(crate) cron: String,
+    pub(crate) time_zone: String,
+    pub(crate) queue: String,
+    pub(crate) kind: String,
+    pub(crate) paused: bool,
+    pub(crate) last_fire_at: f64,
 }
 
 impl QueueRow {
@@ -43,6 +58,7 @@ impl QueueRow {
             failed: Count::Exact(0),
             last_minute: Some(Count::Exact(0)),
             oldest_ready_s: 0.0,
+            paused: None,
         }
     }
 }
@@ -68,6 +84,10 @@ pub(crate) struct Queues {
     pub(crate) recent_timed_out: bool,
     /// The last minute's count comes from the cache, read this long ago.
     pub(crate) recent_age: Option<Duration>,
+    /// The schedules, by name.
+    pub(crate) schedules: Vec<ScheduleRow>,
+    /// The database's clock (epoch seconds) when the schedules were read.
+    pub(crate) now: f64,
 }
 
 /// A column of the queues table.
@@ -139,7 +159,55 @@ const COLUMNS: &[Column] = &[
             }
         },
     },
+    Column {
+        header: "Paused",
+        title: "Paused queues: no worker claims from them (running jobs finish)",
+        cell: |_, r| match &r.paused {
+            None => "<span class=\"muted\">-</span>".to_owned(),
+            Some((at, by, now)) => {
+                let by = match by {
+                    Some(b) => format!(" by {}", esc(b)),
+                    None => String::new(),
+                };
+                format!(
+                    "<span class=\"paused\">paused</span> {}{by}",
+                    html::when(*at, *now)
+                )
+            }
+        },
+    },
+    Column {
+        header: "",
+        title: "",
+        cell: |f, r| {
+            if f.read_only {
+                return String::new();
+            }
+            let (action, label) = if r.paused.is_some() {
+                ("resume", "Resume")
+            } else {
+                ("pause", "Pause")
+            };
+            post_button(
+                f,
+                &format!("queues/{}/{action}", url_value(&r.queue)),
+                action,
+                label,
+                &format!("{action}-queue-{}", r.queue),
+            )
+        },
+    },
 ];
+
+/// A one-button form that posts to `{base}/{path}`.
+fn post_button(f: &Frame<'_>, path: &str, class: &str, label: &str, id: &str) -> String {
+    format!(
+        "<form method=\"post\" action=\"{}/{path}\" class=\"inline\">\
+         <button type=\"submit\" class=\"{class}\" id=\"{}\">{label}</button></form>",
+        esc(f.base),
+        esc(id)
+    )
+}
 
 fn state_link(f: &Frame<'_>, r: &QueueRow, state: &str, c: Count) -> String {
     if c.value() == 0 {
@@ -154,7 +222,7 @@ fn state_link(f: &Frame<'_>, r: &QueueRow, state: &str, c: Count) -> String {
 }
 
 /// The sections of the page, in order.
-const SECTIONS: &[fn(&Frame<'_>, &Queues) -> String] = &[queues_table];
+const SECTIONS: &[fn(&Frame<'_>, &Queues) -> String] = &[queues_table, schedules_table];
 
 pub(crate) async fn page(State(app): State<App>, Extension(v): Extension<Viewer>) -> Response {
     let read = async {
@@ -295,6 +363,26 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             }
         }
     }
+    let paused = db::rows(&*tx, &sql.queue_paused, &[(&max_queues, Type::INT8)]).await?;
+    for r in &paused {
+        let q: String = r.get("name");
+        let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
+        row.paused = Some((r.get("paused_at"), r.get("paused_by"), r.get("now")));
+    }
+    let schedules = db::rows(&*tx, &sql.schedule_list, &[(&max_queues, Type::INT8)]).await?;
+    out.schedules = schedules
+        .iter()
+        .map(|r| ScheduleRow {
+            name: r.get("name"),
+            cron: r.get("cron"),
+            time_zone: r.get("time_zone"),
+            queue: r.get("queue"),
+            kind: r.get("kind"),
+            paused: r.get("paused"),
+            last_fire_at: r.get("last_fire_at"),
+        })
+        .collect();
+    out.now = schedules.first().map_or(0.0, |r| r.get("now"));
     out.rows = rows.into_values().collect();
     Ok(out)
 }
@@ -346,5 +434,65 @@ fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
     for n in notes {
         s.push_str(&format!("<p class=\"note\">{}</p>", esc(n)));
     }
+    s
+}
+
+fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
+    if q.schedules.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "<h2>Schedules</h2><table class=\"grid schedules\"><thead><tr><th>Schedule</th>\
+         <th>Cron</th><th>Time zone</th><th>Queue</th><th>Kind</th><th>Paused</th>\
+         <th title=\"The latest fire enqueued (or skipped as missed), or when it was added or \
+         resumed\">Last fire</th><th></th></tr></thead><tbody>",
+    );
+    for r in &q.schedules {
+        let name = url_value(&r.name);
+        let buttons = if f.read_only {
+            String::new()
+        } else {
+            let (action, label) = if r.paused {
+                ("resume", "Resume")
+            } else {
+                ("pause", "Pause")
+            };
+            format!(
+                "<div class=\"buttons\">{}{}</div>",
+                post_button(
+                    f,
+                    &format!("schedules/{name}/run"),
+                    "retry",
+                    "Run now",
+                    &format!("run-schedule-{}", r.name)
+                ),
+                post_button(
+                    f,
+                    &format!("schedules/{name}/{action}"),
+                    action,
+                    label,
+                    &format!("{action}-schedule-{}", r.name)
+                )
+            )
+        };
+        s.push_str(&format!(
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td><a href=\"{}/jobs?queue={}\">{}</a></td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{buttons}</td></tr>",
+            esc(&r.name),
+            esc(&r.cron),
+            esc(&r.time_zone),
+            esc(f.base),
+            url_value(&r.queue),
+            esc(&r.queue),
+            esc(&r.kind),
+            if r.paused {
+                "<span class=\"paused\">paused</span>"
+            } else {
+                "<span class=\"muted\">-</span>"
+            },
+            html::when(Some(r.last_fire_at), q.now),
+        ));
+    }
+    s.push_str("</tbody></table>");
     s
 }

@@ -64,6 +64,12 @@ async fn the_dashboard_in_a_headless_browser() {
     b.add("mail", "send_email", "running").await;
     b.add_many(12, "webhooks", "deliver", "queued").await;
     b.add_many(120, "webhooks", "deliver", "done").await;
+    b.client
+        .add_schedule(
+            &skiplock::Schedule::new("nightly-report", "0 3 * * *", "build:pdf").queue("reports"),
+        )
+        .await
+        .unwrap();
 
     // Count the refresh script's requests.
     let polls = Arc::new(AtomicUsize::new(0));
@@ -268,6 +274,23 @@ async fn drive(
         .get(0);
     if left != 0 {
         bail!("{left} failed jobs left in reports after the bulk retry");
+    }
+
+    // Pause a queue from the queues page.
+    browser.goto(&format!("{base}/")).await?;
+    click(browser, "pause-queue-webhooks").await?;
+    wait_text(browser, "#resume-queue-webhooks").await?;
+    std::fs::write(dir.join("queue-paused.png"), browser.screenshot().await?)?;
+    let paused: Option<(bool, Option<String>)> = b
+        .raw
+        .query_opt(
+            "SELECT paused, paused_by FROM queues WHERE name = 'webhooks'",
+            &[],
+        )
+        .await?
+        .map(|r| (r.get(0), r.get(1)));
+    if paused != Some((true, Some("tester".to_owned()))) {
+        bail!("after the pause click, the webhooks queue is {paused:?}");
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod actions;
 mod auth;
 mod bench;
 mod browser;
+mod control;
 mod pages;
 mod pagination;
 mod support;

@@ -25,13 +25,13 @@ async fn every_page_renders_with_the_databases_figures() {
     let mail = row(&q.body, "mail");
     assert_eq!(
         cells(&mail),
-        ["mail", "3", "3", "1", "4", "0", "4", "0 s"],
+        ["mail", "3", "3", "1", "4", "0", "4", "0 s", "-", "Pause"],
         "{mail}"
     );
     let reports = row(&q.body, "reports");
     assert_eq!(
         cells(&reports),
-        ["reports", "0", "0", "0", "2", "1", "3", "-"]
+        ["reports", "0", "0", "0", "2", "1", "3", "-", "-", "Pause"]
     );
 
     let list = get(&r, "/jobs").await;
