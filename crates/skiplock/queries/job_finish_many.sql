@@ -10,9 +10,13 @@
 --                                                     (the only place this formula is written)
 --   discard    a permanent error                   -> failed now
 --   snooze     the handler asked to run later      -> queued after the delay, with max_attempts
---   hand_back  claimed or running at shutdown         raised by one so that it costs no attempt
---              (delay 0)                              (attempts never goes down: it is the
+--                                                     raised by one so that it costs no attempt
+--                                                     (attempts never goes down: it is the
 --                                                     fencing token)
+--   hand_back  claimed or running at shutdown      -> queued at its old run_at, so it keeps its
+--                                                     place in line (and a periodic job its
+--                                                     fire time); max_attempts raised by one
+--                                                     as for a snooze
 --
 -- Returns one row per input element: n (its 1-based position), result, and for a written
 -- row its new status, run_at and the retry delay from now() in microseconds. result is
@@ -71,7 +75,8 @@ WITH o AS MATERIALIZED (
                        ELSE 'queued'
                      END,
       run_at       = CASE
-                       WHEN c.outcome IN ('snooze', 'hand_back')
+                       WHEN c.outcome = 'hand_back' THEN j.run_at
+                       WHEN c.outcome = 'snooze'
                          THEN now() + c.delay_us * interval '1 microsecond'
                        WHEN c.outcome = 'retry' AND j.attempts < j.max_attempts
                          THEN now() + least(c.cap_us::float8,
