@@ -416,9 +416,14 @@ pub struct LatencyPoint {
     pub p99_ms: f64,
 }
 
+/// How long a latency point offers its load before the jobs it measures: the pool's
+/// connections open and the worker settles, in every mode alike.
+const WARM_UP: Duration = Duration::from_secs(1);
+
 /// A worker with default settings (or polling every second instead of listening) while jobs
-/// are enqueued one per statement at `rate` per second for `duration`. Latency is the claim's
-/// `now()` minus the enqueue's `now()`.
+/// are enqueued one per statement at `rate` per second for [`WARM_UP`] and then `duration`;
+/// the jobs that start during the warm-up are not counted. Latency is the claim's `now()`
+/// minus the enqueue's `now()`.
 pub async fn latency(
     url: &str,
     base: &str,
@@ -439,7 +444,8 @@ pub async fn latency(
         let _ = stopped.await;
     }));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let enqueued = offer(&s.client, rate, duration).await?;
+    let counted_from = Instant::now() + WARM_UP;
+    let enqueued = offer(&s.client, rate, WARM_UP + duration).await?;
     // Let the last jobs start.
     let deadline = Instant::now() + Duration::from_secs(10);
     while samples.lock().unwrap_or_else(|p| p.into_inner()).len() < enqueued
@@ -453,6 +459,7 @@ pub async fn latency(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
+        .filter(|s| s.0 >= counted_from)
         .map(|s| s.1)
         .collect();
     s.drop_now().await?;
@@ -467,28 +474,26 @@ pub async fn latency(
     })
 }
 
-/// Enqueues at `rate` per second for `duration`, one statement per job, from up to 8 tasks
-/// ticking every 10 ms. Returns how many were enqueued.
+/// Enqueues at `rate` per second for `duration`, one statement per job, evenly paced: job `k`
+/// is due at `k / rate` seconds, and up to 8 tasks take turns (task `i` sends jobs `i`,
+/// `i + tasks`, ...), so that one slow enqueue does not hold back the ones after it. Returns
+/// how many were enqueued.
 async fn offer(client: &Client, rate: f64, duration: Duration) -> Result<usize> {
-    let tasks = if rate > 400.0 { 8 } else { 1 };
-    let per_task = rate / tasks as f64;
+    let tasks: usize = if rate > 400.0 { 8 } else { 1 };
+    let total = (duration.as_secs_f64() * rate) as usize;
+    let started = tokio::time::Instant::now();
     let mut handles = Vec::new();
-    for _ in 0..tasks {
+    for first in 0..tasks {
         let client = client.clone();
         handles.push(tokio::spawn(async move {
-            let started = Instant::now();
             let mut sent = 0usize;
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            while started.elapsed() < duration {
-                tick.tick().await;
-                let due = (started.elapsed().as_secs_f64() * per_task) as usize;
-                while sent < due {
-                    client
-                        .enqueue(&NewJob::from_json("noop", "{}").queue(QUEUE))
-                        .await?;
-                    sent += 1;
-                }
+            for k in (first..total).step_by(tasks) {
+                tokio::time::sleep_until(started + Duration::from_secs_f64(k as f64 / rate))
+                    .await;
+                client
+                    .enqueue(&NewJob::from_json("noop", "{}").queue(QUEUE))
+                    .await?;
+                sent += 1;
             }
             Ok::<usize, skiplock::Error>(sent)
         }));
