@@ -488,8 +488,7 @@ async fn offer(client: &Client, rate: f64, duration: Duration) -> Result<usize> 
         handles.push(tokio::spawn(async move {
             let mut sent = 0usize;
             for k in (first..total).step_by(tasks) {
-                tokio::time::sleep_until(started + Duration::from_secs_f64(k as f64 / rate))
-                    .await;
+                tokio::time::sleep_until(started + Duration::from_secs_f64(k as f64 / rate)).await;
                 client
                     .enqueue(&NewJob::from_json("noop", "{}").queue(QUEUE))
                     .await?;
