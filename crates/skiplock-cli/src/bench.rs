@@ -90,10 +90,10 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     if all && !args.json {
         errln!(
             "skiplock bench all: expect about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {})",
-            if q { "1 minute" } else { "15 minutes" },
-            if q { "20 s" } else { "4 min" },
+            if q { "1 minute" } else { "12 minutes" },
+            if q { "20 s" } else { "2 min" },
             if q { "4 s" } else { "1 min" },
-            if q { "seconds" } else { "3 min" },
+            if q { "seconds" } else { "2 min" },
             if q { "6 s" } else { "6 min" },
             if q { "10 s" } else { "1 min" },
         );
