@@ -11,7 +11,7 @@
 //!
 //! | name | type | labels | what |
 //! | --- | --- | --- | --- |
-//! | [`JOBS_ENQUEUED`] | counter | `queue`, `kind` | jobs inserted by this process's client (a unique job's duplicate is not counted; inside the caller's transaction, counted when the insert ran, even if it later rolls back; a periodic schedule's fires are not counted) |
+//! | [`JOBS_ENQUEUED`] | counter | `queue`, `kind` | jobs inserted by this process's client (a unique job's duplicate is not counted; inside the caller's transaction, counted when the insert ran, even if it later rolls back; a periodic schedule's fires, by the process that fired them, and `run_schedule_now`) |
 //! | [`JOBS_CLAIMED`] | counter | `queue` | jobs this worker claimed |
 //! | [`JOBS_FINISHED`] | counter | `queue`, `kind`, `outcome`, `state` | attempts of this worker that ended: `outcome` is what was written (`complete`, `retry`, `discard`, `snooze`, `hand_back`) or `lost` (the result was refused or dropped: the job was no longer this worker's); `state` is the state the job went to (`done`, `queued`, `failed`; `none` for `lost`) |
 //! | [`JOB_RUN`] | histogram | `queue`, `kind` | how long each handler ran, seconds |
@@ -186,6 +186,14 @@ pub(crate) fn enqueued<'a>(jobs: impl IntoIterator<Item = (&'a str, &'a str)>) {
         *by.entry(key).or_default() += 1;
     }
     for ((queue, kind), n) in by {
+        counter!(JOBS_ENQUEUED, "queue" => queue.to_owned(), "kind" => kind.to_owned())
+            .increment(n);
+    }
+}
+
+/// Counts `n` inserted jobs of one queue and kind (a schedule's fires).
+pub(crate) fn enqueued_n(queue: &str, kind: &str, n: u64) {
+    if n > 0 {
         counter!(JOBS_ENQUEUED, "queue" => queue.to_owned(), "kind" => kind.to_owned())
             .increment(n);
     }

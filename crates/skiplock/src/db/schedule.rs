@@ -85,7 +85,7 @@ impl Store {
         &self,
         c: &C,
         name: &str,
-    ) -> crate::error::Result<Option<i64>> {
+    ) -> crate::error::Result<Option<(i64, String, String)>> {
         named!("run a schedule now", run_now(c, &self.sql, name))
     }
 
@@ -255,10 +255,10 @@ async fn run_now<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     name: &str,
-) -> Result<Option<i64>, Error> {
+) -> Result<Option<(i64, String, String)>, Error> {
     c.query_typed_opt(&sql.schedule_run_now, &[(&name, Type::TEXT)])
         .await?
-        .map(|r| r.try_get(0))
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
         .transpose()
 }
 

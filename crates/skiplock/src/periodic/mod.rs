@@ -301,6 +301,7 @@ pub(crate) async fn round<C: GenericClient + Sync>(
         }
         report.enqueued += enqueued;
         report.missed += plan.missed;
+        crate::metrics::enqueued_n(&row.queue, &row.kind, enqueued);
         if enqueued > 0 {
             tracing::info!(schedule = %row.name, jobs = enqueued, "fired");
         }
@@ -418,11 +419,11 @@ impl Client {
         const OP: &str = "run a schedule now";
         schedule_name(name)?;
         let conn = self.conn(OP).await?;
-        Ok(self
-            .store()
-            .schedule_run_now(&**conn, name)
-            .await?
-            .map(JobId))
+        let job = self.store().schedule_run_now(&**conn, name).await?;
+        Ok(job.map(|(id, queue, kind)| {
+            crate::metrics::enqueued([(queue.as_str(), kind.as_str())]);
+            JobId(id)
+        }))
     }
 }
 

@@ -288,3 +288,41 @@ async fn with_the_poll_off_an_idle_worker_reads_no_gauges() {
     stop.send(()).unwrap();
     handle.await.unwrap();
 }
+
+/// A schedule's fires count as enqueued jobs of their queue and kind, in the process that
+/// fired them, and so does a job made by `run_schedule_now`.
+#[tokio::test]
+async fn schedule_fires_and_run_now_are_counted_as_enqueued() {
+    use skiplock::periodic::{run_once, Schedule, SchedulerConfig};
+    drop(seen());
+    let b = setup().await;
+    let (queue, kind) = ("metrics_sched", "tick_m");
+    b.client
+        .add_schedule(&Schedule::new("m", "* * * * * *", kind).queue(queue))
+        .await
+        .unwrap();
+    let start: std::time::SystemTime = b
+        .raw
+        .query_one("SELECT last_fire_at FROM schedules WHERE name = 'm'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let r = run_once(
+        &b.client,
+        &SchedulerConfig::default(),
+        Some(start + Duration::from_secs(3)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.enqueued, 3, "{r:?}");
+    assert!(b.client.run_schedule_now("m").await.unwrap().is_some());
+    let rows: i64 = b
+        .raw
+        .query_one("SELECT count(*) FROM jobs WHERE queue = $1", &[&queue])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 4);
+    let labels = [("queue", queue), ("kind", kind)];
+    assert_eq!(seen().counter(m::JOBS_ENQUEUED, &labels), 4);
+}
