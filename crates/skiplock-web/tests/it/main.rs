@@ -10,4 +10,5 @@ mod browser;
 mod control;
 mod pages;
 mod pagination;
+mod pgbouncer;
 mod support;
