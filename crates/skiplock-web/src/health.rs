@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
+use skiplock::Statement;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
@@ -24,7 +25,7 @@ pub(crate) async fn page(State(app): State<App>, Extension(v): Extension<Viewer>
         let table = db::rows(&tx, &app.sql.health_table, &[(&schema, Type::TEXT)]).await?;
         let blockers = db::rows(
             &tx,
-            &app.sql.health_blockers,
+            app.client.statement(Statement::HealthBlockers),
             &[(&blocker_age_us, Type::INT8), (&MAX_BLOCKERS, Type::INT8)],
         )
         .await?;

@@ -2,7 +2,8 @@
 -- dead rows (of the jobs table or any other): an open transaction that is idle, or older than
 -- $1 microseconds. A transaction holds the horizon back with its snapshot (backend_xmin) or,
 -- once it has written, with its own transaction id (backend_xid) - an idle READ COMMITTED
--- transaction that wrote has no snapshot but still holds it. Oldest first.
+-- transaction that wrote has no snapshot but still holds it. Oldest first, at most $2.
+-- Also run by the dashboard's health page (through `Client::statement`).
 SELECT pid,
        coalesce(usename::text, '')                                 AS usename,
        coalesce(application_name, '')                              AS application_name,
@@ -20,3 +21,4 @@ WHERE datname = current_database()
   AND (state LIKE 'idle in transaction%'
        OR now() - xact_start > $1::int8 * interval '1 microsecond')
 ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC
+LIMIT $2

@@ -10,6 +10,10 @@ use crate::health::report::{Blocker, QueueHealth, TableHealth};
 
 use crate::error::{Error, Result};
 
+/// The most sessions a health read lists (oldest first): enough to see who holds the
+/// horizon back, bounded on a server with thousands of sessions.
+pub(crate) const MAX_BLOCKERS: i64 = 100;
+
 impl Store {
     /// `health_queues.sql`: per queue and state, counts and the oldest ready job's age.
     pub(crate) async fn health_queues<C: GenericClient + Sync>(
@@ -33,13 +37,14 @@ impl Store {
             .map_err(Error::db("read the jobs table's health"))
     }
 
-    /// `health_blockers.sql`: sessions holding back vacuum's horizon.
+    /// `health_blockers.sql`: sessions holding back vacuum's horizon, the oldest
+    /// [`MAX_BLOCKERS`].
     pub(crate) async fn health_blockers<C: GenericClient + Sync>(
         &self,
         c: &C,
         older_than_us: i64,
     ) -> Result<Vec<Blocker>> {
-        blockers(c, &self.sql, older_than_us)
+        blockers(c, &self.sql, older_than_us, MAX_BLOCKERS)
             .await
             .map_err(Error::db("read the sessions holding back vacuum"))
     }
@@ -88,9 +93,13 @@ async fn blockers<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     older_than_us: i64,
+    limit: i64,
 ) -> Result<Vec<Blocker>, PgError> {
     let rows = c
-        .query_typed(&sql.health_blockers, &[(&older_than_us, Type::INT8)])
+        .query_typed(
+            &sql.health_blockers,
+            &[(&older_than_us, Type::INT8), (&limit, Type::INT8)],
+        )
         .await?;
     rows.iter()
         .map(|r| {

@@ -205,7 +205,7 @@ templates! {
     LockRelease => lock_release => "lock_release.sql", "`queries/lock_release.sql`: release a maintenance lock.",
     HealthQueues => health_queues => "health_queues.sql", "`queries/health_queues.sql`: per queue and state: counts and the oldest ready job's age.",
     HealthTable => health_table => "health_table.sql", "`queries/health_table.sql`: the jobs table's live and dead tuples, last vacuums and size.",
-    HealthBlockers => health_blockers => "health_blockers.sql", "`queries/health_blockers.sql`: sessions that hold back vacuum's horizon.",
+    HealthBlockers => health_blockers => "health_blockers.sql", "`queries/health_blockers.sql`: sessions that hold back vacuum's horizon (`$1`: idle in a transaction, or in one older than this many microseconds; `$2`: at most this many, oldest first).",
     ServerVersion => server_version => "server_version.sql", "`queries/server_version.sql`: the server's version.",
     SchemaLock => schema_lock => "schema_lock.sql", "`queries/schema_lock.sql`: the migration's advisory lock (transaction-scoped).",
     SchemaUnlimit => schema_unlimit => "schema_unlimit.sql", "`queries/schema_unlimit.sql`: lift the statement and lock timeouts for the migration transaction.",
