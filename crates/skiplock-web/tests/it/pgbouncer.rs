@@ -3,11 +3,10 @@
 //! database, with no session state and no named prepared statements on pooled connections.
 
 use axum::http::StatusCode;
-use skiplock::Client;
 use skiplock_testdb::{PgBouncer, TestDb};
 use skiplock_web::{Access, Dashboard};
 
-use crate::support::{get, post, Bundle};
+use crate::support::{get, on, post};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_and_action_through_pgbouncer_in_transaction_mode() {
@@ -17,17 +16,7 @@ async fn every_page_and_action_through_pgbouncer_in_transaction_mode() {
         return;
     };
     let pooled = bouncer.through(db.url()).unwrap();
-    let client = Client::builder(&pooled)
-        .schema(db.schema())
-        .pool_size(4)
-        .build()
-        .unwrap();
-    client.migrate().await.unwrap();
-    let raw = db.connect().await.unwrap();
-    raw.batch_execute(&format!("SET search_path TO \"{}\"", db.schema()))
-        .await
-        .unwrap();
-    let b = Bundle { db, client, raw };
+    let b = on(db, &pooled).await;
     b.add_many(3, "mail", "send", "queued").await;
     let running = b.add("mail", "send", "running").await;
     let failed = b.add("reports", "build", "failed").await;

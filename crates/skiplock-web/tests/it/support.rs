@@ -24,7 +24,14 @@ pub async fn setup() -> Bundle {
             .try_init();
     }
     let db = TestDb::new().await;
-    let client = Client::builder(db.url())
+    let url = db.url().to_owned();
+    on(db, &url).await
+}
+
+/// A bundle on `db`'s schema whose client connects through `url` (the server's, or a
+/// pooler's in front of it); the plain connection goes to the server.
+pub async fn on(db: TestDb, url: &str) -> Bundle {
+    let client = Client::builder(url)
         .schema(db.schema())
         .pool_size(4)
         .build()
