@@ -45,6 +45,9 @@ pub(crate) struct ScheduleRow {
     pub(crate) kind: String,
     pub(crate) paused: bool,
     pub(crate) last_fire_at: f64,
+    /// The next fire after the cursor (epoch seconds; `None` while paused, or if the
+    /// expression has no later fire or no longer parses).
+    pub(crate) next_fire_at: Option<f64>,
 }
 
 impl QueueRow {
@@ -372,14 +375,24 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     let schedules = db::rows(&*tx, &sql.schedule_list, &[(&max_queues, Type::INT8)]).await?;
     out.schedules = schedules
         .iter()
-        .map(|r| ScheduleRow {
-            name: r.get("name"),
-            cron: r.get("cron"),
-            time_zone: r.get("time_zone"),
-            queue: r.get("queue"),
-            kind: r.get("kind"),
-            paused: r.get("paused"),
-            last_fire_at: r.get("last_fire_at"),
+        .map(|r| {
+            let (cron, time_zone): (String, String) = (r.get("cron"), r.get("time_zone"));
+            let (paused, last_fire_at): (bool, f64) = (r.get("paused"), r.get("last_fire_at"));
+            let next_fire_at = if paused {
+                None
+            } else {
+                next_fire_after(&cron, &time_zone, last_fire_at)
+            };
+            ScheduleRow {
+                name: r.get("name"),
+                cron,
+                time_zone,
+                queue: r.get("queue"),
+                kind: r.get("kind"),
+                paused,
+                last_fire_at,
+                next_fire_at,
+            }
         })
         .collect();
     out.now = schedules.first().map_or(0.0, |r| r.get("now"));
@@ -437,6 +450,18 @@ fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
     s
 }
 
+/// The next fire of `cron` in `time_zone` after `after` (epoch seconds), by the library's
+/// own cron reading.
+fn next_fire_after(cron: &str, time_zone: &str, after: f64) -> Option<f64> {
+    let after = std::time::UNIX_EPOCH + std::time::Duration::try_from_secs_f64(after).ok()?;
+    let next = skiplock::periodic::next_fire(cron, time_zone, after).ok()??;
+    Some(
+        next.duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs_f64(),
+    )
+}
+
 fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
     if q.schedules.is_empty() {
         return String::new();
@@ -445,7 +470,8 @@ fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
         "<h2>Schedules</h2><table class=\"grid schedules\"><thead><tr><th>Schedule</th>\
          <th>Cron</th><th>Time zone</th><th>Queue</th><th>Kind</th><th>Paused</th>\
          <th title=\"The latest fire enqueued (or skipped as missed), or when it was added or \
-         resumed\">Last fire</th><th></th></tr></thead><tbody>",
+         resumed\">Last fire</th><th title=\"The next fire after the last one (in the past: \
+         due, and no worker has fired it yet)\">Next fire</th><th></th></tr></thead><tbody>",
     );
     for r in &q.schedules {
         let name = url_value(&r.name);
@@ -477,7 +503,7 @@ fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
         };
         s.push_str(&format!(
             "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td><a href=\"{}/jobs?queue={}\">{}</a></td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{buttons}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{buttons}</td></tr>",
             esc(&r.name),
             esc(&r.cron),
             esc(&r.time_zone),
@@ -491,6 +517,7 @@ fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
                 "<span class=\"muted\">-</span>"
             },
             html::when(Some(r.last_fire_at), q.now),
+            html::when(r.next_fire_at, q.now),
         ));
     }
     s.push_str("</tbody></table>");

@@ -102,12 +102,33 @@ async fn schedules_are_run_paused_and_resumed() {
         page.body
     );
 
+    // The next fire, by the library's reading of the cron: 03:00 UTC after the cursor.
+    let next = b.client.schedules().await.unwrap()[0].next_fire_at.unwrap();
+    let secs = next
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(secs % 86_400, 3 * 3600);
+    let row = page
+        .body
+        .split("<tr>")
+        .find(|r| r.contains("nightly"))
+        .unwrap();
+    assert!(row.contains("03:00:00 UTC\">in "), "the next fire: {row}");
+
     let p = post(&r, "/schedules/nightly/run", "").await;
     assert_eq!(p.status, StatusCode::SEE_OTHER);
     assert_eq!(fired(&b, "nightly").await, 1);
 
     post(&r, "/schedules/nightly/pause", "").await;
     assert!(schedule_paused(&b, "nightly").await);
+    let page = get(&r, "/").await;
+    let row = page
+        .body
+        .split("<tr>")
+        .find(|r| r.contains("nightly"))
+        .unwrap();
+    assert!(!row.contains("\">in "), "no next fire while paused: {row}");
     assert!(get(&r, "/")
         .await
         .body

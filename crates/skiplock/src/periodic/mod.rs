@@ -218,6 +218,15 @@ impl Periodic {
     }
 }
 
+/// The first fire of `cron`, read in `time_zone`, strictly after `after` (`None` if the
+/// expression has none). A bad expression or zone is an invalid-input error. With a
+/// schedule's cursor as `after`, this is its next fire ([`ScheduleInfo::next_fire_at`]); the
+/// dashboard shows it so.
+pub fn next_fire(cron: &str, time_zone: &str, after: SystemTime) -> Result<Option<SystemTime>> {
+    let spec = Spec::parse(cron, time_zone)?;
+    Ok(spec.next_after(to_chrono(after)).map(to_system))
+}
+
 /// One scheduler round at `now` (`None`: the database's clock, as workers always use):
 /// every due fire of every schedule that is not paused is enqueued, missed ones per their
 /// policy, each schedule's cursor advanced in the statement that enqueues its fires.
