@@ -20,59 +20,29 @@ use crate::faults::{Fault, Tally};
 use crate::jobs::Spec;
 use crate::log;
 
-// ---- The harness's own SQL (the queue's statements are in crates/skiplock/queries) --------
+// ---- The harness's own SQL, in `queries/` (the queue's statements are in the library's) ----
 
 /// Ends about half of the workers' connections, LISTEN ones included.
-pub const TERMINATE_SOME: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
- WHERE datname = current_database() AND pid <> pg_backend_pid()
-   AND (application_name LIKE 'torture-typed-%'
-        OR application_name IN ('skiplock-cli', 'skiplock-listener'))
-   AND random() < 0.5";
+pub const TERMINATE_SOME: &str = include_str!("../queries/terminate_some.sql");
 
 /// What the bystander reads before it sits idle in its transaction.
-pub const BYSTANDER_READ: &str = "SELECT count(*) FROM torture.jobs";
+pub const BYSTANDER_READ: &str = include_str!("../queries/bystander_read.sql");
 
-const COUNT_RANGE: &str = "SELECT count(*) FROM torture.jobs
- WHERE (payload->>'n')::int8 >= $1 AND (payload->>'n')::int8 < $2";
+const COUNT_RANGE: &str = include_str!("../queries/count_range.sql");
 
-const ROWS: &str =
-    "SELECT id, (payload->>'n')::int8, status, attempts FROM torture.jobs ORDER BY id";
+const ROWS: &str = include_str!("../queries/rows.sql");
 
 /// Every completion: the job, the `attempts` of the row version that became `done` (which
 /// the fence makes the attempt that wrote it), and when, in epoch milliseconds.
-const COMPLETIONS: &str = "SELECT job_id, attempts,
-        floor(extract(epoch FROM at) * 1000)::int8
- FROM torture.lab_completions";
+const COMPLETIONS: &str = include_str!("../queries/completions.sql");
 
 /// The lease audit: every lease granted (claim) or renewed (heartbeat), per attempt, with its
 /// deadline. Recorded by a trigger rather than derived from the lease length, so that the
 /// check is exact whatever the heartbeats did.
-pub const LEASE_AUDIT_INSTALL: &str = "
-CREATE TABLE IF NOT EXISTS torture.lab_leases (
-  job_id       bigint      NOT NULL,
-  attempts     int         NOT NULL,
-  locked_until timestamptz NOT NULL
-);
-CREATE OR REPLACE FUNCTION torture.lab_audit_lease() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-  INSERT INTO torture.lab_leases (job_id, attempts, locked_until)
-  SELECT n.id, n.attempts, n.locked_until
-  FROM new_rows n JOIN old_rows o ON o.id = n.id
-  WHERE n.status = 'running' AND n.locked_until IS DISTINCT FROM o.locked_until;
-  RETURN NULL;
-END;
-$$;
-DROP TRIGGER IF EXISTS lab_audit_lease ON torture.jobs;
-CREATE TRIGGER lab_audit_lease
-AFTER UPDATE ON torture.jobs
-REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-FOR EACH STATEMENT EXECUTE FUNCTION torture.lab_audit_lease()";
+pub const LEASE_AUDIT_INSTALL: &str = include_str!("../queries/lease_audit_install.sql");
 
 /// Each attempt's last lease deadline, in epoch milliseconds (rounded down, as the logs are).
-const LEASES: &str = "SELECT job_id, attempts,
-        floor(extract(epoch FROM max(locked_until)) * 1000)::int8
- FROM torture.lab_leases GROUP BY job_id, attempts";
+const LEASES: &str = include_str!("../queries/leases.sql");
 
 /// What was enqueued: payload `n` -> (spec, kind).
 #[derive(Default)]

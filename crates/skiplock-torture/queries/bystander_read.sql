@@ -1,0 +1,2 @@
+-- What the bystander reads before it sits idle in its transaction.
+SELECT count(*) FROM torture.jobs
