@@ -949,6 +949,29 @@ async fn exec_sigterm_of_the_worker_stops_every_command_group() {
 }
 
 #[tokio::test]
+async fn exec_kill_9_of_the_worker_ends_every_command_group() {
+    // A worker killed with SIGKILL cannot act: its commands' guards see it gone and end
+    // their groups, so that the job's next attempt never overlaps this one.
+    let db = migrated().await;
+    let (file, script) = grandchild_job(&db, "exec-kill9");
+    let command_pid = file.with_file_name("command");
+    let script = format!("echo $$ > {}; {script}", command_pid.display());
+    ok(&run(Some(&db), &["enqueue", "{}"]));
+    let mut child = cmd(Some(&db), &["work", "--exec", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = grandchild(&file).await;
+    let command = grandchild(&command_pid).await;
+    assert!(!gone(command) && !gone(pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_gone_soon(command, "a kill -9 of the worker");
+    assert_gone_soon(pid, "a kill -9 of the worker");
+}
+
+#[tokio::test]
 async fn exec_cancel_of_the_running_job_stops_its_command_group() {
     let db = migrated().await;
     let (file, script) = grandchild_job(&db, "exec-cancel");
