@@ -6,9 +6,16 @@
 //!
 //! At a graceful shutdown the commands still running at the deadline get SIGTERM, then
 //! SIGKILL [`TERM_GRACE`] later; one that stops in between is put back in the queue without
-//! spending an attempt (a command that still ends with exit 0 is done). A `kill -9` of the
-//! worker itself is the one case left to the operating system: the groups it ran are not
-//! signalled (a worker cannot act after SIGKILL), and their jobs' leases expire as usual.
+//! spending an attempt (a command that still ends with exit 0 is done).
+//!
+//! A worker killed with `kill -9` cannot act, so each group is led by a small guard (the
+//! hidden `skiplock exec-guard`, see [`crate::guard`]) that starts the command and watches
+//! a pipe from the worker: the kernel closes it when the worker dies, however it dies, and
+//! the guard then kills its whole group at once, long before the job's lease expires and
+//! the job runs again (`exec_kill_9_of_the_worker_ends_every_command_group`). The one thing
+//! left to chance is a `kill -9` landing between a command's end and the worker's kill of
+//! its leftovers (the guard has exited by then): leftovers of a command that already
+//! finished would then run on.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt as _;

@@ -16,16 +16,15 @@
 //! cannot be started is reported on standard error as `could not start PROGRAM: ...`, with
 //! exit status [`NOT_STARTED`]. The guard does not die of SIGTERM: the worker sends it to
 //! the whole group, which the command receives anyway, and the guard keeps waiting for the
-//! command; a SIGTERM sent to the guard alone by anyone else is passed on to the command.
+//! command; on Linux a SIGTERM from anyone else is passed on to the command.
 
 use std::io::{Read, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, ExitCode, Stdio};
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
-use nix::sys::signal::{kill, killpg, SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::unistd::{getpgrp, getppid, Pid};
+use nix::sys::signal::{killpg, SigSet, Signal};
+use nix::unistd::{getpgrp, Pid};
 
 use crate::output::errln;
 
@@ -50,15 +49,12 @@ pub fn run(args: Args) -> ExitCode {
         errln!("error: exec-guard needs a command");
         return ExitCode::from(2);
     };
-    let worker = getppid();
-    // SIGTERM blocked in every thread (they inherit this mask), read from a signalfd
-    // instead; the command starts with no signal blocked (the standard library clears the
-    // mask of the processes it starts).
+    // SIGTERM blocked in every thread (they inherit this mask); on Linux it is read from a
+    // signalfd instead. The command starts with no signal blocked (the standard library
+    // clears the mask of the processes it starts).
     let mut term = SigSet::empty();
     term.add(Signal::SIGTERM);
-    let signals = term
-        .thread_block()
-        .and_then(|()| SignalFd::with_flags(&term, SfdFlags::SFD_CLOEXEC));
+    let signals = term.thread_block().and_then(|()| sigterm::Fd::new(&term));
 
     let mut input = std::io::stdin();
     let payload = match read_payload(&mut input) {
@@ -90,7 +86,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     match (signals, i32::try_from(child.id())) {
         (Ok(fd), Ok(pid)) => {
-            std::thread::spawn(move || pass_on_sigterm(&fd, worker, Pid::from_raw(pid)));
+            std::thread::spawn(move || fd.pass_on(Pid::from_raw(pid)));
         }
         (Err(e), _) => errln!("warning: the job guard cannot pass SIGTERM on: {e}"),
         (Ok(_), Err(_)) => {}
@@ -141,19 +137,55 @@ fn watch_worker(mut input: impl Read) {
     let _ = killpg(getpgrp(), Signal::SIGKILL);
 }
 
-/// Passes SIGTERM on to the command, unless it came from the worker: the worker signals the
-/// whole group, so the command has it already.
-fn pass_on_sigterm(fd: &SignalFd, worker: Pid, command: Pid) {
-    loop {
-        match fd.read_signal() {
-            Ok(Some(info)) => {
-                if i64::from(info.ssi_pid) != i64::from(worker.as_raw()) {
-                    let _ = kill(command, Signal::SIGTERM);
+#[cfg(target_os = "linux")]
+mod sigterm {
+    use nix::sys::signal::{kill, SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use nix::unistd::{getppid, Pid};
+
+    /// The guard's SIGTERMs, and who the worker is.
+    pub struct Fd(SignalFd, Pid);
+
+    impl Fd {
+        pub fn new(mask: &SigSet) -> nix::Result<Self> {
+            Ok(Fd(
+                SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC)?,
+                getppid(),
+            ))
+        }
+
+        /// Passes SIGTERM on to the command, unless it came from the worker: the worker
+        /// signals the whole group, so the command has it already.
+        pub fn pass_on(&self, command: Pid) {
+            loop {
+                match self.0.read_signal() {
+                    Ok(Some(info)) => {
+                        if i64::from(info.ssi_pid) != i64::from(self.1.as_raw()) {
+                            let _ = kill(command, Signal::SIGTERM);
+                        }
+                    }
+                    Ok(None) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => return,
                 }
             }
-            Ok(None) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return,
         }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod sigterm {
+    use nix::sys::signal::SigSet;
+    use nix::unistd::Pid;
+
+    /// Elsewhere the guard ignores SIGTERM (the worker sends it to the whole group).
+    pub struct Fd;
+
+    impl Fd {
+        pub fn new(_: &SigSet) -> nix::Result<Self> {
+            Ok(Fd)
+        }
+
+        pub fn pass_on(&self, _: Pid) {}
     }
 }
 
