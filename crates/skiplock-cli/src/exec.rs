@@ -6,9 +6,16 @@
 //!
 //! At a graceful shutdown the commands still running at the deadline get SIGTERM, then
 //! SIGKILL [`TERM_GRACE`] later; one that stops in between is put back in the queue without
-//! spending an attempt (a command that still ends with exit 0 is done). A `kill -9` of the
-//! worker itself is the one case left to the operating system: the groups it ran are not
-//! signalled (a worker cannot act after SIGKILL), and their jobs' leases expire as usual.
+//! spending an attempt (a command that still ends with exit 0 is done).
+//!
+//! A worker killed with `kill -9` cannot act, so each group is led by a small guard (the
+//! hidden `skiplock exec-guard`, see [`crate::guard`]) that starts the command and watches
+//! a pipe from the worker: the kernel closes it when the worker dies, however it dies, and
+//! the guard then kills its whole group at once, long before the job's lease expires and
+//! the job runs again (`exec_kill_9_of_the_worker_ends_every_command_group`). The one thing
+//! left to chance is a `kill -9` landing between a command's end and the worker's kill of
+//! its leftovers (the guard has exited by then): leftovers of a command that already
+//! finished would then run on.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt as _;
@@ -137,7 +144,16 @@ async fn exec(
     payload: String,
     ctx: JobContext,
 ) -> Result<(), JobError> {
-    let mut child = tokio::process::Command::new(program)
+    let guard = guard_program()
+        .map_err(|e| JobError::retry(format!("could not start {program}: no job guard: {e}")))?;
+    // The payload goes to the guard (which hands it on to the command), its length first;
+    // the pipe then stays open, the guard's sign that this worker is still there.
+    let mut input = Vec::with_capacity(8 + payload.len());
+    input.extend_from_slice(&(payload.len() as u64).to_be_bytes());
+    input.extend_from_slice(payload.as_bytes());
+    let mut child = tokio::process::Command::new(&guard)
+        .arg0("skiplock")
+        .args(["exec-guard", "--", program])
         .args(args)
         .env("SKIPLOCK_JOB_ID", ctx.id.to_string())
         .env("SKIPLOCK_ATTEMPT", ctx.attempt.to_string())
@@ -152,14 +168,21 @@ async fn exec(
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| JobError::retry(format!("could not start {program}: {e}")))?;
+        .map_err(|e| {
+            JobError::retry(format!(
+                "could not start {program}: the job guard ({}) did not start: {e}",
+                guard.display()
+            ))
+        })?;
     let mut group = Group::new(child.id());
-    if let Some(mut stdin) = child.stdin.take() {
-        tokio::spawn(async move {
-            // A command that does not read its input closes the pipe: not an error.
-            let _ = stdin.write_all(payload.as_bytes()).await;
-        });
-    }
+    let stdin = child.stdin.take();
+    // Held until the job ends here (dropping it closes the pipe).
+    let _lifeline = tokio::spawn(async move {
+        let mut stdin = stdin?;
+        // A guard that is gone already closed the pipe: its exit status tells why.
+        let _ = stdin.write_all(&input).await;
+        Some(stdin)
+    });
     // Read concurrently (a full pipe would block the command); the pipe closes when the
     // last process holding it ends, which the group kill below makes prompt.
     let tail = tokio::spawn(read_tail(child.stderr.take()));
@@ -180,6 +203,12 @@ async fn exec(
         // Stopped by the shutdown: back to the queue, no attempt spent.
         return Err(JobError::snooze(Duration::ZERO));
     }
+    let not_started = crate::guard::not_started(program);
+    if status.code() == Some(i32::from(crate::guard::NOT_STARTED)) && tail.starts_with(&not_started)
+    {
+        // The guard could not start the command: its one line says why.
+        return Err(JobError::retry(tail));
+    }
     let tail = if tail.is_empty() {
         String::new()
     } else {
@@ -193,5 +222,16 @@ async fn exec(
         (Some(code), _) => Err(JobError::retry(format!("exit {code}{tail}"))),
         (None, Some(sig)) => Err(JobError::retry(format!("killed by signal {sig}{tail}"))),
         (None, None) => Err(JobError::retry(format!("ended abnormally{tail}"))),
+    }
+}
+
+/// The program that guards each command: this very binary (on Linux through
+/// `/proc/self/exe`, which still runs it when its file was replaced since it started).
+fn guard_program() -> std::io::Result<std::path::PathBuf> {
+    let this = std::path::Path::new("/proc/self/exe");
+    if this.exists() {
+        Ok(this.to_path_buf())
+    } else {
+        std::env::current_exe()
     }
 }

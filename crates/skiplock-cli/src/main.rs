@@ -11,6 +11,7 @@ mod demo;
 mod enqueue;
 mod errors;
 mod exec;
+mod guard;
 mod lab;
 mod metrics;
 mod output;
@@ -101,6 +102,10 @@ enum Command {
         #[command(subcommand)]
         action: PgAction,
     },
+    /// Run one job's command under a guard that ends its process group when the worker
+    /// goes away (started by `work --exec`, not by hand).
+    #[command(hide = true)]
+    ExecGuard(guard::Args),
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,6 +124,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
+    };
+    // A small synchronous program of its own: no runtime, no log set-up.
+    let cli = match cli {
+        Cli {
+            command: Command::ExecGuard(args),
+            ..
+        } => return guard::run(args),
+        cli => cli,
     };
     let default_log = match cli.command {
         Command::Work(_) => "warn,skiplock=info",
@@ -239,6 +252,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
         Command::Serve(args) => serve::run(&target, args).await,
+        Command::ExecGuard(_) => Err(anyhow::anyhow!("exec-guard runs on its own")),
         Command::Pg { action } => {
             let home = database::Home::locate()?;
             match action {

@@ -949,6 +949,85 @@ async fn exec_sigterm_of_the_worker_stops_every_command_group() {
 }
 
 #[tokio::test]
+async fn exec_kill_9_of_the_worker_ends_every_command_group() {
+    // A worker killed with SIGKILL cannot act: its commands' guards see it gone and end
+    // their groups, so that the job's next attempt never overlaps this one.
+    let db = migrated().await;
+    let (file, script) = grandchild_job(&db, "exec-kill9");
+    let command_pid = file.with_file_name("command");
+    let script = format!("echo $$ > {}; {script}", command_pid.display());
+    ok(&run(Some(&db), &["enqueue", "{}"]));
+    let mut child = cmd(Some(&db), &["work", "--exec", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = grandchild(&file).await;
+    let command = grandchild(&command_pid).await;
+    assert!(!gone(command) && !gone(pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_gone_soon(command, "a kill -9 of the worker");
+    assert_gone_soon(pid, "a kill -9 of the worker");
+}
+
+#[tokio::test]
+async fn exec_a_program_that_cannot_start_and_one_that_starts_clean() {
+    let db = migrated().await;
+    let id = ok(&run(Some(&db), &["enqueue", "--max-attempts", "1", "{}"]))
+        .trim()
+        .to_owned();
+    let stats = json(&ok(&run(
+        Some(&db),
+        &[
+            "work",
+            "--drain",
+            "--json",
+            "--exec",
+            "/nonexistent/skiplock-job",
+        ],
+    )));
+    assert_eq!(stats["failed"], 1, "{stats}");
+    let job = json(&ok(&run(Some(&db), &["show", &id, "--json"])));
+    let e = job["last_error"].as_str().unwrap();
+    assert!(
+        e.starts_with("could not start /nonexistent/skiplock-job: No such file or directory"),
+        "{e}"
+    );
+    // The command starts with no standard signal blocked or ignored: the guard's own
+    // handling of SIGTERM (blocked) and SIGPIPE (ignored) is not inherited. (The C
+    // library's internal real-time signals may show as ignored after any spawn.)
+    let id = ok(&run(Some(&db), &["enqueue", "--max-attempts", "1", "{}"]))
+        .trim()
+        .to_owned();
+    ok(&run(
+        Some(&db),
+        &[
+            "work",
+            "--drain",
+            "--exec",
+            "sh",
+            "-c",
+            "grep -E '^Sig(Blk|Ign)' /proc/self/status >&2; exit 3",
+        ],
+    ));
+    let job = json(&ok(&run(Some(&db), &["show", &id, "--json"])));
+    let e = job["last_error"].as_str().unwrap();
+    let mask = |name: &str| {
+        let hex = e
+            .split(name)
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        u64::from_str_radix(hex, 16).unwrap() & 0x7fff_ffff
+    };
+    assert!(e.starts_with("exit 3: "), "{e}");
+    assert_eq!((mask("SigBlk:"), mask("SigIgn:")), (0, 0), "{e}");
+}
+
+#[tokio::test]
 async fn exec_cancel_of_the_running_job_stops_its_command_group() {
     let db = migrated().await;
     let (file, script) = grandchild_job(&db, "exec-cancel");
