@@ -169,7 +169,7 @@ const COLUMNS: &[Column] = &[
             None => "<span class=\"muted\">-</span>".to_owned(),
             Some((at, by, now)) => {
                 let by = match by {
-                    Some(b) => format!(" by {}", esc(b)),
+                    Some(b) => format!("<span class=\"by\">by {}</span>", esc(b)),
                     None => String::new(),
                 };
                 format!(
