@@ -421,9 +421,9 @@ pub struct LatencyPoint {
 const WARM_UP: Duration = Duration::from_secs(1);
 
 /// A worker with default settings (or polling every second instead of listening) while jobs
-/// are enqueued one per statement at `rate` per second for a one-second warm-up and then `duration`;
-/// the jobs that start during the warm-up are not counted. Latency is the claim's `now()`
-/// minus the enqueue's `now()`.
+/// are enqueued one per statement at `rate` per second, for a one-second warm-up and then for
+/// `duration`; the jobs that start during the warm-up are not counted. Latency is the claim's
+/// `now()` minus the enqueue's `now()`.
 pub async fn latency(
     url: &str,
     base: &str,
