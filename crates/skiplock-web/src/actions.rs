@@ -193,11 +193,7 @@ pub(crate) async fn confirm(
             .first()
             .map_or(0, |r| r.get::<_, i64>("id"));
         // The same range as the action's selection: the scan budget below the newest id.
-        let lo = if filter.indexed() {
-            None
-        } else {
-            db::scan_older(&tx, &app.sql, Some(latest.saturating_add(1)), budget).await?
-        };
+        let lo = db::bulk_floor(&tx, &app.sql, &filter, latest, budget).await?;
         let n = db::rows(
             &tx,
             &app.sql.job_count,
@@ -328,11 +324,7 @@ pub(crate) async fn bulk(
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
         // A filter no index serves reads the scan budget below the confirmed id, as the
         // confirm page counted.
-        let lo = if filter.indexed() {
-            None
-        } else {
-            db::scan_older(&tx, &app.sql, Some(max_id.saturating_add(1)), budget).await?
-        };
+        let lo = db::bulk_floor(&tx, &app.sql, &filter, max_id, budget).await?;
         let rows = db::rows(
             &tx,
             &app.sql.job_select_ids,

@@ -184,6 +184,23 @@ pub(crate) async fn scan_older(
     .map(|r| r.get::<_, i64>("id")))
 }
 
+/// The lowest id a bulk selection of `filter` up to id `newest` reaches: `None` for a filter
+/// an index serves (no bound), else the end of the scan budget below `newest`. The confirm
+/// page's count and the action's selection both take their range from here, so that the
+/// action selects what the page counted.
+pub(crate) async fn bulk_floor(
+    c: &(impl GenericClient + Sync),
+    sql: &Sql,
+    filter: &Filter,
+    newest: i64,
+    budget: i64,
+) -> DbResult<Option<i64>> {
+    if filter.indexed() {
+        return Ok(None);
+    }
+    scan_older(c, sql, Some(newest.saturating_add(1)), budget).await
+}
+
 /// The end of the scan budget above id `after`: the highest id of the `budget` jobs just
 /// above it, or `None` when fewer are there (the scan reaches the newest job).
 pub(crate) async fn scan_newer(

@@ -120,23 +120,31 @@ async fn find<C: GenericClient + Sync>(
     rows.iter().map(raw_row).collect()
 }
 
+/// A found row, from either driver's row type (both read a column by name with `try_get`).
+macro_rules! raw_row {
+    ($r:expr) => {{
+        let r = $r;
+        RawRow {
+            id: r.try_get("id")?,
+            queue: r.try_get("queue")?,
+            kind: r.try_get("kind")?,
+            payload: r.try_get("payload")?,
+            status: r.try_get("status")?,
+            priority: r.try_get("priority")?,
+            run_at_us: r.try_get("run_at_us")?,
+            attempts: r.try_get("attempts")?,
+            max_attempts: r.try_get("max_attempts")?,
+            locked_until_us: r.try_get("locked_until_us")?,
+            last_error: r.try_get("last_error")?,
+            created_at_us: r.try_get("created_at_us")?,
+            finished_at_us: r.try_get("finished_at_us")?,
+            schedule: r.try_get("schedule")?,
+        }
+    }};
+}
+
 fn raw_row(r: &Row) -> Result<RawRow, PgError> {
-    Ok(RawRow {
-        id: r.try_get("id")?,
-        queue: r.try_get("queue")?,
-        kind: r.try_get("kind")?,
-        payload: r.try_get("payload")?,
-        status: r.try_get("status")?,
-        priority: r.try_get("priority")?,
-        run_at_us: r.try_get("run_at_us")?,
-        attempts: r.try_get("attempts")?,
-        max_attempts: r.try_get("max_attempts")?,
-        locked_until_us: r.try_get("locked_until_us")?,
-        last_error: r.try_get("last_error")?,
-        created_at_us: r.try_get("created_at_us")?,
-        finished_at_us: r.try_get("finished_at_us")?,
-        schedule: r.try_get("schedule")?,
-    })
+    Ok(raw_row!(r))
 }
 
 #[cfg(feature = "sqlx-0_8")]
@@ -154,24 +162,5 @@ async fn find_sqlx(
         .bind(f.limit)
         .fetch_all(c)
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(RawRow {
-                id: r.try_get("id")?,
-                queue: r.try_get("queue")?,
-                kind: r.try_get("kind")?,
-                payload: r.try_get("payload")?,
-                status: r.try_get("status")?,
-                priority: r.try_get("priority")?,
-                run_at_us: r.try_get("run_at_us")?,
-                attempts: r.try_get("attempts")?,
-                max_attempts: r.try_get("max_attempts")?,
-                locked_until_us: r.try_get("locked_until_us")?,
-                last_error: r.try_get("last_error")?,
-                created_at_us: r.try_get("created_at_us")?,
-                finished_at_us: r.try_get("finished_at_us")?,
-                schedule: r.try_get("schedule")?,
-            })
-        })
-        .collect()
+    rows.iter().map(|r| Ok(raw_row!(r))).collect()
 }

@@ -120,6 +120,31 @@ async fn assertions_see_the_callers_transaction_before_commit_and_nothing_after_
     assert!(enqueued(c, &Expect::any()).await.unwrap().is_empty());
 }
 
+/// The same assertions inside an sqlx transaction: every column of the found row is read
+/// back through sqlx as through tokio-postgres.
+#[cfg(feature = "sqlx-0_8")]
+#[tokio::test]
+async fn assertions_see_an_sqlx_transaction() {
+    let b = setup().await;
+    let c = &b.client;
+    let want = Expect::kind("send_email").payload_includes(json!({ "to": "sqlx@example.com" }));
+    let pool = sqlx::PgPool::connect(b.db.url()).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let id = c
+        .enqueue_tx(&mut *tx, &email("sqlx@example.com"))
+        .await
+        .unwrap();
+    let found = assert_enqueued_tx(c, &mut *tx, want.clone()).await;
+    assert_eq!(found.len(), 1);
+    let via_sqlx = &found[0];
+    assert_not_enqueued(c, want.clone()).await;
+    tx.commit().await.unwrap();
+    let via_pg = assert_enqueued(c, want).await;
+    assert_eq!(via_pg.len(), 1);
+    assert_eq!(via_sqlx.id, id);
+    assert_eq!(format!("{via_sqlx:?}"), format!("{:?}", via_pg[0]));
+}
+
 fn registry() -> Registry {
     let quick = JobOptions {
         timeout: Some(Duration::from_millis(200)),
