@@ -11,7 +11,10 @@
 --
 -- Ready at once, except a job cancelled while it ran: its handler may still hold the lease
 -- it had (job_cancel.sql keeps locked_until), so it becomes ready no earlier than that
--- lease's end, and two attempts never overlap.
+-- lease's end, and two attempts never overlap. The lease's end stays in locked_until while
+-- it is in the future (only the claim writes a new one), so that a second retry, or a
+-- unique enqueue that replaces run_at (job_unique_replace.sql, enqueue_unique()), cannot
+-- make the job ready before it either.
 --
 -- Moved jobs send one notification per queue (at commit), so that idle workers, the fallback
 -- poll off included, look at once (and learn when a job waiting for an old lease is due).
@@ -47,7 +50,7 @@ UPDATE {schema}.jobs j
 SET status       = 'queued',
     run_at       = greatest(now(), coalesce(j.locked_until, now())),
     max_attempts = greatest(j.max_attempts, j.attempts + 1),
-    locked_until = NULL,
+    locked_until = CASE WHEN j.locked_until > now() THEN j.locked_until END,
     finished_at  = NULL
 FROM t
 WHERE j.id = t.id

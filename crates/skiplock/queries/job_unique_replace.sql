@@ -8,7 +8,9 @@
 -- Only a queued job is touched: the key's running job is never changed (nor locked). Keys
 -- are sorted and each row is locked with one probe of jobs_unique_idx, so that concurrent
 -- replacers lock in the same order; FOR UPDATE re-checks `queued` on the latest row version,
--- so a job claimed meanwhile is left alone. Changed jobs wake their queue (at commit): a
+-- so a job claimed meanwhile is left alone. A replaced run_at is never earlier than the
+-- lease of a cancelled attempt that a retry left in locked_until (job_retry.sql): two
+-- attempts never overlap. Changed jobs wake their queue (at commit): a
 -- replaced run_at may be earlier than the one a worker is waiting for.
 WITH o AS MATERIALIZED (
   SELECT *
@@ -30,8 +32,9 @@ WITH o AS MATERIALIZED (
   UPDATE {schema}.jobs j
   SET payload = t.payload::jsonb,
       run_at  = CASE WHEN t.replace_run_at
-                     THEN coalesce('epoch'::timestamptz + t.run_at_us * interval '1 microsecond',
-                                   now() + t.delay_us * interval '1 microsecond')
+                     THEN greatest(coalesce('epoch'::timestamptz + t.run_at_us * interval '1 microsecond',
+                                            now() + t.delay_us * interval '1 microsecond'),
+                                   j.locked_until)
                      ELSE j.run_at END
   FROM t
   WHERE j.id = t.id

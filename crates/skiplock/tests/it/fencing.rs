@@ -555,6 +555,83 @@ async fn a_cancelled_running_job_is_not_claimable_before_its_lease_ends() {
     assert!(l.rx.try_recv().is_err(), "no other notification");
 }
 
+/// No writer makes a cancelled job claimable while the cancelled attempt's lease may still
+/// run: not a second retry (the CLI's and the dashboard's retry run the same statement), not a
+/// unique enqueue that replaces run_at (from the library or from SQL `enqueue_unique()`).
+#[tokio::test]
+async fn no_retry_or_replace_makes_a_cancelled_job_ready_before_its_lease_ends() {
+    let b = setup().await;
+    let rule = || skiplock::Unique::key("k").on_conflict(skiplock::OnConflict::Replace);
+    let id = b
+        .client
+        .enqueue_unique(&NewJob::new("k", &1).unique(rule()))
+        .await
+        .unwrap()
+        .id();
+    let lease = Duration::from_secs(4);
+    let j = b.client.claim("default", 1, lease).await.unwrap().remove(0);
+    assert_eq!(b.client.cancel(&[id]).await.unwrap().changed, [id]);
+    let not_claimable = |what: &'static str| {
+        let b = &b;
+        async move {
+            let row = b.client.get(id).await.unwrap().unwrap();
+            assert_eq!(row.state, JobState::Queued, "{what}");
+            assert!(
+                row.run_at >= j.locked_until,
+                "{what}: ready at {:?}, before the lease's end {:?}",
+                row.run_at,
+                j.locked_until
+            );
+            assert!(
+                b.client
+                    .claim("default", 1, lease)
+                    .await
+                    .unwrap()
+                    .is_empty(),
+                "{what}: claimable while the cancelled attempt may still run"
+            );
+        }
+    };
+    assert_eq!(b.client.retry(&[id]).await.unwrap().changed, [id]);
+    not_claimable("the first retry").await;
+    assert_eq!(b.client.retry(&[id]).await.unwrap().changed, [id]);
+    not_claimable("a second retry").await;
+    let got = b
+        .client
+        .enqueue_unique(&NewJob::new("k", &2).unique(rule()))
+        .await
+        .unwrap();
+    assert_eq!(got.id(), id);
+    not_claimable("a library enqueue that replaces run_at").await;
+    let row = b
+        .raw
+        .query_one(
+            "SELECT id, inserted FROM enqueue_unique('default', '3', kind => 'k', \
+             unique_key => 'k', on_conflict => 'replace')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, bool>(1)), (id.0, false));
+    not_claimable("SQL enqueue_unique() with on_conflict => 'replace'").await;
+
+    tokio::time::sleep(
+        j.locked_until
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+    .await;
+    let mut again = Vec::new();
+    for _ in 0..50 {
+        again = b.client.claim("default", 1, lease).await.unwrap();
+        if !again.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((again[0].id, again[0].attempt), (id, 2));
+}
+
 /// A queued job with no attempt left is failed by the reaper with a clear reason, and is not
 /// counted as ready meanwhile.
 #[tokio::test]
