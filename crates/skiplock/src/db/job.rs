@@ -197,6 +197,20 @@ impl Store {
         .map_err(Error::db("look up the next due job"))
     }
 
+    /// `job_next_lease.sql`: microseconds until the earliest lease of a running job ends
+    /// (zero or less: ended already), or `None` when no job is running.
+    pub(crate) async fn job_next_lease<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+    ) -> Result<Option<i64>> {
+        async {
+            let row = c.query_typed_one(&self.sql.next_lease, &[]).await?;
+            row.try_get("wait_us")
+        }
+        .await
+        .map_err(Error::db("look up the earliest lease"))
+    }
+
     /// `job_cancel.sql`: cancels the jobs `ids`; returns the ids it changed.
     pub(crate) async fn job_cancel(&self, conn: Conn<'_>, ids: &[i64]) -> Result<Vec<JobId>> {
         self.admin(conn, &self.sql.cancel, "cancel jobs", ids).await

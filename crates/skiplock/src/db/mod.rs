@@ -185,6 +185,7 @@ templates! {
     QueueResume => queue_resume => "queue_resume.sql", "`queries/queue_resume.sql`: resume a paused queue (see [`Client::resume_queue`](crate::Client::resume_queue)).",
     QueueList => queue_list => "queue_list.sql", "`queries/queue_list.sql`: every queue's pause and its queued, ready and running jobs (see [`Client::queues`](crate::Client::queues)).",
     ListenProbe => listen_probe => "listen_probe.sql", "`queries/listen_probe.sql`: the LISTEN connection's self-test notification, sent from a pooled connection.",
+    NextLease => next_lease => "job_next_lease.sql", "`queries/job_next_lease.sql`: how long until the earliest lease of a running job ends, by the database's clock; the reaper asks after each round, so that an idle worker with the poll off wakes to reap it.",
     ReaperTryLock => reaper_try_lock => "reaper_try_lock.sql", "`queries/reaper_try_lock.sql`: the reaper's transaction-scoped advisory lock: one reaper at a time across processes.",
     Retry => retry => "job_retry.sql", "`queries/job_retry.sql`: make jobs ready again by id.",
     Cancel => cancel => "job_cancel.sql", "`queries/job_cancel.sql`: cancel jobs by id (notifies `cancel:<id>` for running ones).",

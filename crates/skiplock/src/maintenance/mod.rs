@@ -66,6 +66,14 @@ pub(crate) trait Service: Send {
     /// The wait before the first round.
     fn first_wait(&self) -> Duration;
 
+    /// How long until a round is due whatever the worker did since the last one (zero: due
+    /// now), or `None`: with the poll off, [`Service::AFTER_WORK_ONLY`] skips a round only
+    /// while it is not due. The reaper's is due at start and at a lease's end (it cannot learn
+    /// of a dead worker's lease otherwise).
+    fn due_in(&self) -> Option<Duration> {
+        None
+    }
+
     /// One round, under the service's exclusion.
     fn run_once(&mut self) -> impl Future<Output = Result<Self::Report>> + Send;
 
@@ -75,7 +83,7 @@ pub(crate) trait Service: Send {
 }
 
 /// Runs `service` until `stop` is cancelled: waits, asks `worked` whether to run (see
-/// [`Service::AFTER_WORK_ONLY`]), runs a round, logs its error if it failed, and hands the
+/// [`Service::AFTER_WORK_ONLY`] and [`Service::due`]), runs a round, logs its error if it failed, and hands the
 /// result to `after`.
 pub(crate) async fn drive<S: Service>(
     mut service: S,
@@ -84,12 +92,16 @@ pub(crate) async fn drive<S: Service>(
     mut after: impl FnMut(&Result<S::Report>) + Send,
 ) {
     let mut wait = service.first_wait();
+    let mut every = wait;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
-        if S::AFTER_WORK_ONLY && !worked() {
+        // `worked` is asked every time: it also moves the mark of what was seen.
+        if !worked() && S::AFTER_WORK_ONLY && service.due_in() != Some(Duration::ZERO) {
+            // Skipped: look again on the interval, or when the round is due, if sooner.
+            wait = service.due_in().map_or(every, |d| d.min(every));
             continue;
         }
         let result = service.run_once().await;
@@ -98,7 +110,10 @@ pub(crate) async fn drive<S: Service>(
         }
         after(&result);
         match service.next(&result) {
-            Some(w) => wait = w,
+            Some(w) => {
+                every = w;
+                wait = service.due_in().map_or(w, |d| d.min(w));
+            }
             None => return,
         }
     }

@@ -2,11 +2,17 @@
 //! (`job_reap.sql`), at most one reaper at a time across all processes (a transaction-scoped
 //! advisory lock; the others skip the round). Each round moves at most 1,000 rows of each
 //! kind, in id order, skipping rows another session holds locked; rounds repeat while they
-//! come back full. A worker reaps every [`ReaperConfig::interval`]; with its fallback poll
-//! off, only when there was real work since its last round. [`Client::reap`] runs the same
-//! pass under the same lock.
+//! come back full. A worker reaps once as it starts, then every [`ReaperConfig::interval`],
+//! and also when the earliest lease of a running job ends (read after each round,
+//! `job_next_lease.sql`). With its fallback poll off, a round on the interval runs only when
+//! there was real work since the last one, but the one at start and the one at a lease's end
+//! always run: an idle worker cannot learn of a dead worker's lease otherwise, and a worker
+//! with nothing running anywhere still sends nothing. [`Client::reap`] runs the same pass
+//! under the same lock.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::Service;
 use crate::client::Client;
@@ -20,6 +26,11 @@ pub(crate) const MAX_ROUNDS: usize = 100;
 /// How long [`Client::reap`] waits for another process's round to end before it gives up
 /// its own (that process is reaping the same rows).
 const MANUAL_WAIT: Duration = Duration::from_secs(10);
+
+/// How long after a lease's end, by the database's clock, the reaper looks at it, and the
+/// least wait for a lease that has ended already (a row another session held locked in the
+/// last round): a round never repeats faster than this.
+const LEASE_GRACE: Duration = Duration::from_secs(1);
 
 /// The reaper's settings in a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +61,9 @@ pub(crate) struct ReapReport {
     pub rounds: u32,
     /// Another process held the reaper's lock: a round was skipped, and the pass ended.
     pub skipped: bool,
+    /// After the last round that ran: microseconds until the earliest lease of a running job
+    /// ends (zero or less: ended already), `None` when no job was running.
+    pub next_lease_us: Option<i64>,
 }
 
 impl ReapReport {
@@ -71,11 +85,18 @@ impl ReapReport {
 pub(crate) struct Reaper {
     client: Client,
     cfg: ReaperConfig,
+    /// When a round is due whatever the worker did meanwhile: at start, and when the
+    /// earliest lease it knows of ends.
+    due_at: Option<Instant>,
 }
 
 impl Reaper {
     pub(crate) fn new(client: Client, cfg: ReaperConfig) -> Self {
-        Reaper { client, cfg }
+        Reaper {
+            client,
+            cfg,
+            due_at: Some(Instant::now()),
+        }
     }
 }
 
@@ -84,14 +105,27 @@ impl Service for Reaper {
     const NAME: &'static str = "reaping";
 
     fn first_wait(&self) -> Duration {
-        self.cfg.interval
+        Duration::ZERO
+    }
+
+    fn due_in(&self) -> Option<Duration> {
+        self.due_at
+            .map(|t| t.saturating_duration_since(Instant::now()))
     }
 
     async fn run_once(&mut self) -> Result<ReapReport> {
         run_once(&self.client).await
     }
 
-    fn next(&mut self, _: &Result<ReapReport>) -> Option<Duration> {
+    fn next(&mut self, last: &Result<ReapReport>) -> Option<Duration> {
+        let lease = match last {
+            Ok(r) if !r.skipped => r
+                .next_lease_us
+                .map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)) + LEASE_GRACE),
+            // Another process reaps now, or the round failed: look again on the interval.
+            _ => None,
+        };
+        self.due_at = lease.and_then(|w| Instant::now().checked_add(w));
         Some(self.cfg.interval)
     }
 }
@@ -101,13 +135,14 @@ impl Service for Reaper {
 pub(crate) async fn run_once(client: &Client) -> Result<ReapReport> {
     let mut report = ReapReport::default();
     for _ in 0..MAX_ROUNDS {
-        let Some(round) = round(client).await? else {
+        let Some((round, next_lease_us)) = round(client).await? else {
             report.skipped = true;
             break;
         };
         let full = round.len() >= usize::try_from(db::job::REAP_BATCH).unwrap_or(usize::MAX);
         report.rounds += 1;
         report.jobs.extend(round);
+        report.next_lease_us = next_lease_us;
         if !full {
             break;
         }
@@ -115,9 +150,9 @@ pub(crate) async fn run_once(client: &Client) -> Result<ReapReport> {
     Ok(report)
 }
 
-/// One round in its own transaction: the rows it moved, or `None` if another process holds
-/// the reaper's lock.
-async fn round(client: &Client) -> Result<Option<Vec<ReapedJob>>> {
+/// One round in its own transaction: the rows it moved and how long until the earliest lease
+/// of a running job ends, or `None` if another process holds the reaper's lock.
+async fn round(client: &Client) -> Result<Option<(Vec<ReapedJob>, Option<i64>)>> {
     const OP: &str = "reap expired leases";
     let mut conn = client.conn(OP).await?;
     let store = client.store();
@@ -126,11 +161,12 @@ async fn round(client: &Client) -> Result<Option<Vec<ReapedJob>>> {
         return Ok(None);
     }
     let reaped = store.job_reap(&*tx).await?;
+    let next_lease_us = store.job_next_lease(&*tx).await?;
     store.commit(tx, OP).await?;
     for r in &reaped {
         tracing::info!(id = %r.id, attempts = r.attempts, to = %r.state, "reaped");
     }
-    Ok(Some(reaped))
+    Ok(Some((reaped, next_lease_us)))
 }
 
 /// The reaper's advisory lock key: the schema's migration lock key, plus one.

@@ -358,3 +358,24 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
     }
     assert_eq!(ran["Actual Rows"].as_f64(), Some(0.0), "{ran:#}");
 }
+
+/// The reaper's read of the earliest lease is one probe of the lease index, however many jobs
+/// run and whatever the statistics say (analyzed while every job was queued).
+#[tokio::test]
+async fn the_earliest_lease_is_one_index_probe_with_stale_statistics() {
+    let (mut b, _, _) = stale_statistics().await;
+    let sql = b.client.statement(Statement::NextLease).to_owned();
+    let plan = explain(&mut b, "ANALYZE", &sql, &[]).await;
+    let mut all = Vec::new();
+    nodes(&plan, false, &mut all);
+    assert!(
+        all.iter().any(|(n, _)| n["Index Name"] == "jobs_lease_idx"),
+        "the lease index is not used: {plan:#}"
+    );
+    for (n, _) in &all {
+        let loops = n["Actual Loops"].as_f64().unwrap_or(0.0);
+        let rows = n["Actual Rows"].as_f64().unwrap_or(0.0)
+            + n["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
+        assert!(loops * rows <= 2.0, "a node reads {rows} rows: {plan:#}");
+    }
+}

@@ -959,3 +959,66 @@ async fn prepared_statements_process_jobs_the_same() {
     assert_eq!((stats.claimed, stats.done), (500, 500));
     assert_eq!(b.count("status = 'done' AND attempts = 1").await, 500);
 }
+
+/// A job left `running` by a dead worker, as a row: a lease that ends `lease_ms` from now.
+async fn dead_workers_job(b: &Bundle, lease_ms: i64) -> JobId {
+    let row = b
+        .raw
+        .query_one(
+            "INSERT INTO jobs (kind, payload, status, attempts, locked_until)
+             VALUES ('k', '1', 'running', 1, now() + $1::int8 * interval '1 millisecond')
+             RETURNING id",
+            &[&lease_ms],
+        )
+        .await
+        .unwrap();
+    JobId(row.get(0))
+}
+
+/// Scale to zero, and yet no job is stuck: with the poll off, a worker reaps once as it
+/// starts (a lease that ended while no worker ran comes back at once, whatever the reap
+/// interval), and an idle worker wakes when the earliest lease it read ends, though nothing
+/// else tells it of that lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_poll_off_a_worker_reaps_at_start_and_when_a_lease_it_read_ends() {
+    let b = setup().await;
+    let worker = |reap_every: Duration| {
+        Worker::builder(
+            client(&b, "reap-idle"),
+            Registry::new().register_handler("k", JobOptions::default(), noop()),
+        )
+        .queue("default", 2)
+        .poll_interval(None)
+        .reap_interval(reap_every)
+        .build()
+        .unwrap()
+    };
+
+    // A lease that ended before the worker started: reaped at start, not after an hour.
+    let expired = dead_workers_job(&b, -1_000).await;
+    let w = worker(Duration::from_secs(3600));
+    let mut events = w.events();
+    let (stop, handle) = spawn_worker(w);
+    assert_eq!(
+        finished(&mut events, Duration::from_secs(10), expired).await,
+        JobEnd::Done
+    );
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+
+    // A lease that ends while the worker is idle. Its insert wakes the worker once (a round
+    // on the interval then reads the lease); after that nothing is sent to the worker.
+    let w = worker(Duration::from_millis(500));
+    let mut events = w.events();
+    let (stop, handle) = spawn_worker(w);
+    listening(&mut events, Duration::from_secs(10)).await;
+    let orphan = dead_workers_job(&b, 3_000).await;
+    assert_eq!(
+        finished(&mut events, Duration::from_secs(15), orphan).await,
+        JobEnd::Done
+    );
+    let row = b.client.get(orphan).await.unwrap().unwrap();
+    assert_eq!((row.state, row.attempts), (JobState::Done, 2));
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+}
