@@ -76,6 +76,15 @@ impl Store {
         .map_err(Error::db("read the jobs table's dead tuples"))
     }
 
+    /// `job_vacuum_give_way.sql`: cancels the vacuum service's VACUUM if a session waits for
+    /// a lock on the jobs table that it holds; whether one was cancelled.
+    pub(crate) async fn job_vacuum_give_way<C: GenericClient + Sync>(&self, c: &C) -> Result<bool> {
+        c.query_typed(&self.sql.vacuum_give_way, &[(&self.sql.vacuum, Type::TEXT)])
+            .await
+            .map(|rows| !rows.is_empty())
+            .map_err(Error::db("look for sessions waiting behind the VACUUM"))
+    }
+
     /// `job_vacuum.sql`: vacuums the jobs table; not in a transaction block (a simple
     /// query of one statement).
     pub(crate) async fn job_vacuum<C: GenericClient + Sync>(&self, c: &C) -> Result<()> {

@@ -14,6 +14,11 @@
 //!   the table while an autovacuum worker holds it.
 //! - In autocommit on a pooled connection (VACUUM cannot run in a transaction block), bounded
 //!   by the connection's `statement_timeout` (skiplock's server timeouts, 60 s by default).
+//! - It gives way to DDL as autovacuum does: while the VACUUM runs, another connection asks
+//!   every [`GIVE_WAY_EVERY`] whether a session waits for a lock on the table that the VACUUM
+//!   holds (`job_vacuum_give_way.sql`), and if one does, cancels the VACUUM. A migration's
+//!   `CREATE INDEX` or `ALTER TABLE` then waits at most that long for it, instead of queueing
+//!   every claim and heartbeat behind itself until the VACUUM ends.
 //! - A role without the right to vacuum the table (the owner, or MAINTAIN on 17 and later)
 //!   gets one warning, and the service stops: autovacuum alone, as before.
 //! - While a snapshot holds vacuum back, a VACUUM removes nothing: the checks back off
@@ -31,6 +36,8 @@ use crate::error::{Error, Result};
 const LOCK: &str = "vacuum";
 /// Long enough for any VACUUM the statement timeout lets run; released after each.
 const LOCK_TTL: Duration = Duration::from_secs(120);
+/// How often a running VACUUM looks for sessions waiting behind it.
+pub(crate) const GIVE_WAY_EVERY: Duration = Duration::from_millis(100);
 
 /// The vacuum service's settings in a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +89,9 @@ pub(crate) enum VacuumReport {
     Vacuumed { before: i64, after: Option<i64> },
     /// This role may not vacuum the table.
     NotAllowed,
+    /// The VACUUM was cancelled to let a session that waited for a lock on the table go
+    /// first (a migration's DDL); the next round tries again.
+    GaveWay,
 }
 
 /// The vacuum service, with its current wait between checks.
@@ -135,6 +145,12 @@ impl Service for Vacuum {
                     self.cfg.check_interval
                 }
             }
+            Ok(VacuumReport::GaveWay) => {
+                tracing::info!(
+                    "the VACUUM of the jobs table gave way to a session waiting for its lock"
+                );
+                backed_off
+            }
             Ok(VacuumReport::NotAllowed) => {
                 tracing::warn!(
                     "this role may not VACUUM the jobs table (it needs to own it, or MAINTAIN on \
@@ -168,7 +184,11 @@ pub(crate) async fn run_once(
     if !lock.acquire(&**conn, store).await? {
         return Ok(VacuumReport::Nothing);
     }
-    let vacuumed = store.job_vacuum(&**conn).await;
+    let (vacuumed, gave_way) = vacuum_giving_way(client, &**conn).await;
+    if gave_way && vacuumed.is_err() {
+        lock.release(&**conn, store).await?;
+        return Ok(VacuumReport::GaveWay);
+    }
     let after = match &vacuumed {
         Ok(()) => store
             .job_dead_tuples(&**conn)
@@ -183,6 +203,47 @@ pub(crate) async fn run_once(
         before,
         after: after?,
     })
+}
+
+/// Runs the VACUUM on `conn` while another pooled connection looks for sessions waiting
+/// behind it every [`GIVE_WAY_EVERY`] and cancels it for them; the VACUUM's result, and
+/// whether it was cancelled so (it may have ended just before).
+async fn vacuum_giving_way<C: tokio_postgres::GenericClient + Sync>(
+    client: &Client,
+    conn: &C,
+) -> (Result<()>, bool) {
+    let store = client.store();
+    let mut gave_way = false;
+    let watch = async {
+        loop {
+            tokio::time::sleep(GIVE_WAY_EVERY).await;
+            let asked = match client
+                .conn("look for sessions waiting behind the VACUUM")
+                .await
+            {
+                Ok(c) => store.job_vacuum_give_way(&**c).await,
+                Err(e) => Err(e),
+            };
+            match asked {
+                Ok(true) => {
+                    gave_way = true;
+                    // Cancelled: the VACUUM ends with an error now.
+                    std::future::pending::<()>().await;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    // The VACUUM goes on as before; the statement timeout still bounds it.
+                    tracing::debug!(error = %crate::error::error_chain(&e), "could not look behind the VACUUM");
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    };
+    let vacuumed = tokio::select! {
+        r = store.job_vacuum(conn) => r,
+        () = watch => unreachable!("the watch never ends"),
+    };
+    (vacuumed, gave_way)
 }
 
 fn insufficient_privilege(e: &Error) -> bool {

@@ -412,7 +412,7 @@ async fn the_upgrade_gives_roles_their_jobs_rights_on_queues() {
              ALTER TABLE jobs DROP COLUMN schedule;
              ALTER TABLE jobs_archive DROP COLUMN schedule;
              DROP TABLE queues;
-             DELETE FROM schema_migrations WHERE version IN (7, 8);
+             DELETE FROM schema_migrations WHERE version >= 7;
              CREATE ROLE \"{role_name}\" LOGIN;
              CREATE ROLE \"{reader_name}\" LOGIN;
              GRANT USAGE ON SCHEMA {schema} TO \"{role_name}\", \"{reader_name}\";
@@ -424,9 +424,14 @@ async fn the_upgrade_gives_roles_their_jobs_rights_on_queues() {
         .await
         .unwrap();
     let report = b.client.migrate().await.unwrap();
+    // 7 and 8, and every later one again (each may run again on the schema as it is).
     assert_eq!(
-        report.applied,
-        vec![(7, "queue_pause"), (8, "periodic_jobs")]
+        report.applied[..2],
+        [(7, "queue_pause"), (8, "periodic_jobs")]
+    );
+    assert_eq!(
+        report.applied.last().map(|m| m.0),
+        Some(skiplock::latest_version())
     );
 
     let as_role = |name: &str| {

@@ -225,3 +225,94 @@ async fn with_the_poll_off_an_idle_worker_vacuums_only_around_real_work() {
     stop.send(()).unwrap();
     handle.await.unwrap();
 }
+
+/// The worker's VACUUM gives way to DDL as autovacuum does: a `CREATE INDEX` issued while it
+/// runs gets its lock within a fraction of a second, and a claim issued behind the waiting DDL
+/// is not held for the VACUUM's whole length. The worker's connections run VACUUM with a cost
+/// delay (a session setting in its URL) so that, on this small table, it lasts as long as it
+/// would on a big one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_vacuum_gives_way_to_ddl() {
+    let b = setup().await;
+    dead_rows(&b, 50_000).await;
+    let sep = if b.db.url().contains('?') { '&' } else { '?' };
+    let slow = format!(
+        "{}{sep}options=-c%20vacuum_cost_delay%3D100%20-c%20vacuum_cost_limit%3D100",
+        b.db.url()
+    );
+    let worker = Worker::builder(
+        Client::builder(&slow)
+            .schema(b.db.schema())
+            .pool_size(4)
+            .application_name("vacuum-gives-way")
+            .build()
+            .unwrap(),
+        Registry::new().register_handler("k", JobOptions::default(), noop()),
+    )
+    .queue("default", 2)
+    .vacuum_threshold(Some(1_000))
+    .build()
+    .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    let vacuum_started = std::time::Instant::now();
+    eventually(Duration::from_secs(30), "the worker's VACUUM", || async {
+        b.raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'vacuum-gives-way' AND state = 'active'
+                   AND query LIKE 'VACUUM%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+    })
+    .await;
+    // The VACUUM holds its lock now; the migration's DDL queues for the table.
+    let ddl_started = std::time::Instant::now();
+    let ddl = {
+        let conn = b.db.connect().await.unwrap();
+        let schema = b.client.schema().quoted().to_owned();
+        tokio::spawn(async move {
+            conn.batch_execute(&format!("CREATE INDEX ON {schema}.jobs (created_at)"))
+                .await
+                .unwrap();
+            ddl_started.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let claim_started = std::time::Instant::now();
+    b.client
+        .claim("elsewhere", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let claim_took = claim_started.elapsed();
+    let ddl_took = ddl.await.unwrap();
+    assert!(
+        ddl_took < Duration::from_secs(2),
+        "the DDL waited {ddl_took:?} behind the VACUUM"
+    );
+    assert!(
+        claim_took < Duration::from_secs(2),
+        "a claim waited {claim_took:?} behind the DDL"
+    );
+    // Without giving way the VACUUM would have run this long yet: the test could fail.
+    let vacuumed = b
+        .raw
+        .query_one(
+            "SELECT vacuum_count FROM pg_stat_user_tables
+             WHERE schemaname = $1 AND relname = 'jobs'",
+            &[&b.db.schema()],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(vacuumed, 0, "the VACUUM ended by itself, too soon to tell");
+    eprintln!(
+        "VACUUM started after {:?}; DDL {ddl_took:?}, claim {claim_took:?}",
+        vacuum_started.elapsed()
+    );
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+}
