@@ -557,6 +557,7 @@ async fn a_changed_cron_or_time_zone_starts_the_cursor_at_the_change() {
         ],
     )
     .await;
+    let mut problems = Vec::new();
     for name in ["cron", "zone"] {
         let changed = updated_at(&b, name).await;
         let early: Vec<_> = fires(&b, name)
@@ -564,17 +565,17 @@ async fn a_changed_cron_or_time_zone_starts_the_cursor_at_the_change() {
             .into_iter()
             .filter(|t| *t <= changed)
             .collect();
-        assert!(
-            early.is_empty(),
-            "{name}: {} fires from before the change: {early:?}",
-            early.len()
-        );
-        let c = cursor(&b, name).await;
-        assert!(
-            c + secs(2) > changed,
-            "{name}: the cursor starts at the change"
-        );
+        if !early.is_empty() {
+            problems.push(format!(
+                "{name}: {} fires from before the change: {early:?}",
+                early.len()
+            ));
+        }
+        if cursor(&b, name).await + secs(2) <= changed {
+            problems.push(format!("{name}: the cursor is not at the change"));
+        }
     }
+    assert!(problems.is_empty(), "{problems:?}");
     // The library's answer says so; an unchanged timing is not started over.
     let retimed = Schedule::new("cron", "*/2 * * * * *", "tick");
     assert_eq!(
