@@ -12,8 +12,8 @@
 -- Returns whether the schedule was added, and whether its timing changed (true when added).
 WITH old AS (
   -- The timing before this statement (its snapshot), for the answer only: the cursor's rule
-  -- above is applied to the row under its lock. (No FOR UPDATE here: it would be evaluated
-  -- after the update and find the row gone from its sight.)
+  -- below is applied to the row under its lock. (No FOR UPDATE here: it would run after the
+  -- update and no longer see the row.)
   SELECT cron, time_zone FROM {schema}.schedules WHERE name = $1
 )
 INSERT INTO {schema}.schedules AS s
