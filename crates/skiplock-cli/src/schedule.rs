@@ -10,12 +10,14 @@ use crate::output::{outln, print_json, time};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Action {
-    /// Add a schedule, or update the one of that name, keeping its paused state. A new
-    /// schedule fires from now on: nothing before it is backfilled. An update that changes
-    /// the cron expression or time zone starts over the same way: it fires from now on under
-    /// the new timing, and no fire before the change is made up. An update of anything else
-    /// (payload, queue, kind, priority, attempts, missed policy) keeps the schedule's progress,
-    /// so fires already due still run as its policy says.
+    /// Add a schedule, or update the one of that name (a new cron or zone starts it over).
+    ///
+    /// A new schedule fires from now on: nothing before it is backfilled. An update that
+    /// changes the cron expression or time zone starts over the same way: it fires from now
+    /// on under the new timing, and no fire before the change is made up. An update of
+    /// anything else (payload, queue, kind, priority, attempts, missed policy) keeps the
+    /// schedule's progress, so fires already due still run as its policy says. An update
+    /// keeps the paused state.
     Add(AddArgs),
     /// List the schedules with their last and next fire times.
     List(JsonArg),
