@@ -10,8 +10,14 @@ use crate::output::{outln, print_json, time};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Action {
-    /// Add a schedule, or update the one of that name (keeping its progress and paused
-    /// state). It fires from now on: nothing before it is backfilled.
+    /// Add a schedule, or update the one of that name (a new cron or zone starts it over).
+    ///
+    /// A new schedule fires from now on: nothing before it is backfilled. An update that
+    /// changes the cron expression or time zone starts over the same way: it fires from now
+    /// on under the new timing, and no fire before the change is made up. An update of
+    /// anything else (payload, queue, kind, priority, attempts, missed policy) keeps the
+    /// schedule's progress, so fires already due still run as its policy says. An update
+    /// keeps the paused state.
     Add(AddArgs),
     /// List the schedules with their last and next fire times.
     List(JsonArg),
@@ -95,12 +101,16 @@ pub async fn run(target: &Target, action: Action) -> anyhow::Result<()> {
                 s = s.payload_json(p);
             }
             let change = client.add_schedule(&s).await.map_err(hint)?;
+            use skiplock::periodic::ScheduleChange;
             let (word, text) = match change {
-                skiplock::periodic::ScheduleChange::Added => ("added", "added"),
-                skiplock::periodic::ScheduleChange::Updated => {
-                    ("updated", "updated (its progress kept)")
-                }
-                skiplock::periodic::ScheduleChange::Unchanged => ("unchanged", "unchanged"),
+                ScheduleChange::Added => ("added", "added"),
+                ScheduleChange::Updated => ("updated", "updated (its progress kept)"),
+                ScheduleChange::Retimed => (
+                    "retimed",
+                    "updated with a new timing (it fires from now on; nothing before the \
+                     change is made up)",
+                ),
+                ScheduleChange::Unchanged => ("unchanged", "unchanged"),
             };
             if a.json {
                 print_json(&serde_json::json!({ "name": a.name, "result": word }));

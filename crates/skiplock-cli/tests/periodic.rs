@@ -243,6 +243,93 @@ async fn schedule_commands_add_list_pause_resume_run_now_remove() {
     }
 }
 
+/// `skiplock schedule add` over an existing schedule: a new cron expression (or time zone)
+/// starts its cursor at the change, so the next `skiplock work --drain` enqueues nothing from
+/// before it; a new payload keeps the cursor, so the fire missed while no worker ran still
+/// runs once under `latest`.
+#[tokio::test]
+async fn schedule_add_with_a_new_timing_starts_over_and_with_a_new_payload_keeps_the_cursor() {
+    let db = migrated().await;
+    let add = |name: &str, cron: &str, tz: &str, payload: &str| {
+        let args = [
+            "schedule", "add", name, "--cron", cron, "--tz", tz, "--queue", "periodic", "--kind",
+            "noop", "--json", payload,
+        ];
+        json(&ok(&run(&db, &args)))["result"].clone()
+    };
+    for name in ["cron", "zone", "kept"] {
+        assert_eq!(add(name, "0 * * * *", "UTC", "{}"), "added");
+    }
+    // As if the hourly schedules last fired two whole hours ago: the last hour's fire was
+    // missed (no worker ran, a deploy say).
+    let c = conn(&db).await;
+    let moved = c
+        .query(
+            "UPDATE schedules SET last_fire_at = date_trunc('hour', now()) - interval '1 hour' \
+             RETURNING last_fire_at + interval '1 hour'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved.len(), 3);
+    let missed: SystemTime = moved[0].get(0);
+    assert_eq!(add("cron", "* * * * * *", "UTC", "{}"), "retimed");
+    assert_eq!(add("zone", "0 * * * *", "Asia/Kathmandu", "{}"), "retimed");
+    assert_eq!(add("kept", "0 * * * *", "UTC", r#"{"v":2}"#), "updated");
+    let text = ok(&run(
+        &db,
+        &[
+            "schedule",
+            "add",
+            "zone",
+            "--cron",
+            "0 * * * *",
+            "--tz",
+            "Asia/Tokyo",
+            "--queue",
+            "periodic",
+            "--kind",
+            "noop",
+        ],
+    ));
+    assert!(text.contains("zone: updated with a new timing"), "{text}");
+    ok(&run(&db, &["work", "--queue", "periodic=2", "--drain"]));
+
+    let rows = c
+        .query(
+            "SELECT s.name, j.run_at, s.updated_at, s.last_fire_at, j.payload::text \
+             FROM schedules AS s LEFT JOIN jobs AS j ON j.schedule = s.name \
+             ORDER BY s.name, j.run_at",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut problems = Vec::new();
+    let mut kept = Vec::new();
+    for r in &rows {
+        let name: String = r.get(0);
+        let run_at: Option<SystemTime> = r.get(1);
+        let changed: SystemTime = r.get(2);
+        let cursor: SystemTime = r.get(3);
+        if name == "kept" {
+            kept.push((run_at, cursor, r.get::<_, Option<String>>(4)));
+            continue;
+        }
+        if run_at.is_some_and(|t| t <= changed) {
+            problems.push(format!("{name}: a fire from before the change: {run_at:?}"));
+        }
+        if cursor + Duration::from_secs(2) <= changed {
+            problems.push(format!("{name}: the cursor is not at the change"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(
+        kept,
+        vec![(Some(missed), missed, Some(r#"{"v": 2}"#.to_owned()))],
+        "the missed fire, once, with the new payload"
+    );
+}
+
 fn spawn_worker(db: &TestDb, log: &std::path::Path) -> Child {
     let log = std::fs::File::create(log).unwrap();
     cmd(db, &["work", "--queue", "periodic=4"])

@@ -196,7 +196,7 @@ templates! {
     DeadTuples => dead_tuples => "job_dead_tuples.sql", "`queries/job_dead_tuples.sql`: the jobs table's dead tuples from the statistics system, and whether this role may vacuum it (the worker's vacuum service).",
     Vacuum => vacuum => "job_vacuum.sql", "`queries/job_vacuum.sql`: `VACUUM (SKIP_LOCKED)` of the jobs table (the worker's vacuum service).",
     VacuumGiveWay => vacuum_give_way => "job_vacuum_give_way.sql", "`queries/job_vacuum_give_way.sql`: cancel the vacuum service's VACUUM (`$1`: its text) while a session waits for a lock on the jobs table that it holds, as autovacuum gives way.",
-    ScheduleUpsert => schedule_upsert => "schedule_upsert.sql", "`queries/schedule_upsert.sql`: add a schedule, or update its definition keeping its cursor ([`Client::add_schedule`](crate::Client::add_schedule)).",
+    ScheduleUpsert => schedule_upsert => "schedule_upsert.sql", "`queries/schedule_upsert.sql`: add a schedule, or update its definition, keeping its cursor unless its timing changed ([`Client::add_schedule`](crate::Client::add_schedule)).",
     ScheduleList => schedule_list => "schedule_list.sql", "`queries/schedule_list.sql`: the schedules and the database's clock (the scheduler's read, [`Client::schedules`](crate::Client::schedules)).",
     ScheduleFire => schedule_fire => "schedule_fire.sql", "`queries/schedule_fire.sql`: advance a schedule's cursor and enqueue its due fires in one statement, guarded by the cursor's old value.",
     ScheduleRemove => schedule_remove => "schedule_remove.sql", "`queries/schedule_remove.sql`: remove a schedule.",

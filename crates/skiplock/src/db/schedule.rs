@@ -15,13 +15,14 @@ macro_rules! named {
 }
 
 impl Store {
-    /// `schedule_upsert.sql`: registers or updates a schedule, keeping its cursor; `None`
-    /// when unchanged, `Some(true)` when added, `Some(false)` when changed.
+    /// `schedule_upsert.sql`: registers or updates a schedule, keeping its cursor unless its
+    /// timing changed; `None` when unchanged, else whether it was added and whether its
+    /// timing (cron expression or time zone) changed.
     pub(crate) async fn schedule_upsert<C: GenericClient + Sync>(
         &self,
         c: &C,
         d: &Definition<'_>,
-    ) -> crate::error::Result<Option<bool>> {
+    ) -> crate::error::Result<Option<Upserted>> {
         named!("register a schedule", upsert(c, &self.sql, d))
     }
 
@@ -131,12 +132,21 @@ pub(crate) struct Row {
     pub updated_at: SystemTime,
 }
 
-/// Adds or updates a schedule: `Some(true)` added, `Some(false)` updated, `None` unchanged.
+/// What `schedule_upsert.sql` did to a schedule it wrote.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Upserted {
+    /// It was new.
+    pub created: bool,
+    /// Its cron expression or time zone changed (or it was new): its cursor starts now.
+    pub retimed: bool,
+}
+
+/// Adds or updates a schedule (`None`: unchanged, nothing written).
 async fn upsert<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
     d: &Definition<'_>,
-) -> Result<Option<bool>, Error> {
+) -> Result<Option<Upserted>, Error> {
     let row = c
         .query_typed_opt(
             &sql.schedule_upsert,
@@ -153,7 +163,13 @@ async fn upsert<C: GenericClient + Sync>(
             ],
         )
         .await?;
-    row.map(|r| r.try_get(0)).transpose()
+    row.map(|r| {
+        Ok(Upserted {
+            created: r.try_get("created")?,
+            retimed: r.try_get("retimed")?,
+        })
+    })
+    .transpose()
 }
 
 /// The database's clock (or `now`, when given) and the schedules, paused ones only if asked.

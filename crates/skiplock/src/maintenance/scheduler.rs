@@ -3,8 +3,12 @@
 //! lock; a process that finds it taken tries again a tick later), sleeping in between until
 //! the next fire. A change to the schedules (heard through the LISTEN connection) wakes it
 //! at once; the fallback poll in force, if any, bounds the sleep, for changes whose
-//! notification was lost. With the poll off it sends nothing while no schedule is due and
-//! nothing changes, and a long poll lets a scale-to-zero database sleep between fires.
+//! notification was lost. With the poll off, a change made while the LISTEN connection was
+//! down went to nobody: the listener wakes the scheduler when it goes deaf (the fallback poll
+//! is then in force, and bounds the next sleep) and again after every reconnect, so that it
+//! reads the schedules again, as the producers claim again. With the poll off it sends
+//! nothing while no schedule is due and nothing changes, and a long poll lets a
+//! scale-to-zero database sleep between fires.
 //!
 //! A role without the right to read the schedules table gets one warning, and the service
 //! stops (this worker fires no schedule).

@@ -2,8 +2,9 @@
 //!
 //! A [`Schedule`] is a name, a cron expression read in a time zone, and the job each fire
 //! enqueues. Register it from code on the worker ([`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic), again on
-//! every start: the definition is updated, the schedule's progress kept), with
-//! [`Client::add_schedule`], or with `skiplock schedule add` for workers in any language.
+//! every start: the definition is updated, the schedule's progress kept unless its timing
+//! changed), with [`Client::add_schedule`], or with `skiplock schedule add` for workers in
+//! any language.
 //!
 //! **Exactly once per fire.** Each schedule has a durable cursor, `last_fire_at`: the latest
 //! fire time enqueued. A scheduler round reads the schedules and the database's clock,
@@ -18,7 +19,11 @@
 //! fire at most [`SchedulerConfig::grace`] old is on time and always enqueued; an older one
 //! was missed (no worker ran), and the schedule's [`Missed`] policy says what happens:
 //! dropped, the most recent one run once (the default), or the most recent N run. A new
-//! schedule starts from its registration (no backfill); a resumed one from its resumption.
+//! schedule starts from its registration (no backfill); a resumed one from its resumption;
+//! one whose timing (cron expression or time zone) changed from the change, so that a
+//! deploy that edits a schedule enqueues nothing that was never due under the new timing.
+//! Changing anything else (payload, queue, kind, priority, attempts, missed-fire policy)
+//! keeps the cursor.
 //!
 //! **Each fire's job** has `run_at` = the fire time and `schedule` = the schedule's name
 //! ([`JobRow::schedule`](crate::JobRow::schedule)). [`Client::run_schedule_now`] enqueues one
@@ -150,8 +155,13 @@ pub struct FireReport {
 pub enum ScheduleChange {
     /// It was new; its cursor starts now.
     Added,
-    /// Its definition changed; its cursor and paused state were kept.
+    /// Its definition changed but not its timing (its payload, queue, kind, priority,
+    /// `max_attempts` or missed-fire policy did); its cursor and paused state were kept.
     Updated,
+    /// Its timing (cron expression or time zone) changed, perhaps with other fields: its
+    /// cursor starts now, as a new schedule's does (no fire before the change is made up,
+    /// under either timing); its paused state was kept.
+    Retimed,
     /// It was already registered exactly so; nothing was written.
     Unchanged,
 }
@@ -180,8 +190,8 @@ pub struct ScheduleInfo {
     pub missed: Missed,
     /// Whether it is paused.
     pub paused: bool,
-    /// The cursor: the latest fire enqueued (or skipped as missed), or when it was added or
-    /// resumed if it has not fired since.
+    /// The cursor: the latest fire enqueued (or skipped as missed), or when it was added,
+    /// resumed or retimed if it has not fired since.
     pub last_fire_at: SystemTime,
     /// Its next fire after the cursor (`None` if paused, or if its expression no longer
     /// parses or fires). A time already past means it is due.
@@ -329,10 +339,12 @@ pub(crate) async fn round<C: GenericClient + Sync>(
 
 impl Client {
     /// Adds `schedule`, or updates the definition of the schedule of that name, keeping its
-    /// cursor and paused state (so registering the same schedules on every start neither
-    /// replays nor skips fires). A new schedule fires from now on: nothing before its
-    /// registration is backfilled. Every field is checked first; a refused schedule changes
-    /// nothing.
+    /// paused state and, unless its timing changed, its cursor (so registering the same
+    /// schedules on every start, or editing a payload, neither replays nor skips fires). A
+    /// new schedule fires from now on: nothing before its registration is backfilled. So
+    /// does one whose cron expression or time zone changed ([`ScheduleChange::Retimed`]):
+    /// its cursor starts at the change, and no fire before it, under the old timing or the
+    /// new, is enqueued. Every field is checked first; a refused schedule changes nothing.
     pub async fn add_schedule(&self, schedule: &Schedule) -> Result<ScheduleChange> {
         const OP: &str = "add a schedule";
         schedule.check(self.max_payload_bytes())?;
@@ -350,8 +362,9 @@ impl Client {
         };
         let conn = self.conn(OP).await?;
         Ok(match self.store().schedule_upsert(&**conn, &d).await? {
-            Some(true) => ScheduleChange::Added,
-            Some(false) => ScheduleChange::Updated,
+            Some(u) if u.created => ScheduleChange::Added,
+            Some(u) if u.retimed => ScheduleChange::Retimed,
+            Some(_) => ScheduleChange::Updated,
             None => ScheduleChange::Unchanged,
         })
     }

@@ -12,7 +12,9 @@
 //! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
 //! on this worker at once (their results are dropped); `pause:<queue>` and `resume:<queue>`
 //! tell that queue's producer of a pause (it stops asking) or a resume (it claims at once);
-//! `schedule:changed` wakes the scheduler; `probe:<token>` is a self-test.
+//! `schedule:changed` wakes the scheduler; `probe:<token>` is a self-test. The scheduler is
+//! woken too after every (re)connect (a change may have gone unheard) and when the listener
+//! goes deaf (so that it polls meanwhile).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +60,7 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         };
         // Nothing is heard until the next connection proves it hears: poll meanwhile.
         crate::metrics::flag(crate::metrics::LISTENER_CONNECTED, false);
-        shared.set_listen_deaf(true);
+        went_deaf(&shared);
         match outcome {
             Ok(()) => tracing::warn!("LISTEN connection closed; reconnecting"),
             Err(e) => {
@@ -138,6 +140,8 @@ async fn listen_once(
         q.pause.forget();
     }
     shared.wake_all();
+    // So may a schedule's change: the scheduler reads the schedules again.
+    shared.schedules_changed.notify_one();
 
     let token = format!(
         "{PROBE_PREFIX}{:016x}",
@@ -171,7 +175,7 @@ async fn listen_once(
             },
             () = sleep_until(deadline) => {
                 probe = Probe::Settled;
-                shared.set_listen_deaf(true);
+                went_deaf(shared);
                 if !state.warned_deaf {
                     state.warned_deaf = true;
                     tracing::warn!(
@@ -197,6 +201,20 @@ async fn listen_once(
                 None => return Ok(()),
             },
         }
+    }
+}
+
+/// Nothing can be heard (the connection is down, or its self-test went unanswered): every
+/// producer, and the scheduler, which may be sleeping with no timer, takes up the fallback
+/// poll now in force.
+fn went_deaf(shared: &Shared) {
+    let was = shared
+        .counters
+        .listen_deaf
+        .load(std::sync::atomic::Ordering::Relaxed);
+    shared.set_listen_deaf(true);
+    if !was {
+        shared.schedules_changed.notify_one();
     }
 }
 

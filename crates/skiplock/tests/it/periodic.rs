@@ -1,6 +1,7 @@
 //! Periodic jobs against a real server: the cursor's compare-and-set under racing
-//! schedulers, no backfill, pause/resume/remove/run-now, missed fires, and restarts that
-//! keep the cursor.
+//! schedulers, no backfill, pause/resume/remove/run-now, missed fires, restarts that keep
+//! the cursor, a changed timing that starts it over, and changes made while a poll-off
+//! worker's LISTEN connection is down.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,7 +9,7 @@ use skiplock::periodic::{run_once, FireReport, ScheduleChange, SchedulerConfig};
 use skiplock::{Client, JobOptions, Missed, Registry, Schedule, Worker};
 
 use crate::support::{setup, Bundle};
-use crate::worker::{client, eventually, noop, spawn_worker};
+use crate::worker::{client, eventually, listener_pid, listening, noop, spawn_worker};
 
 const EVERY_SECOND: &str = "* * * * * *";
 
@@ -368,4 +369,249 @@ async fn a_new_schedule_wakes_a_sleeping_scheduler() {
     .await;
     stop.send(()).unwrap();
     h.await.unwrap();
+}
+
+/// A role of this test's own for a worker's LISTEN connection, and a listen URL that logs in
+/// with it: `ALTER ROLE .. NOLOGIN` keeps that connection from coming back for as long as a
+/// test needs, while the worker's pool (another role) goes on.
+async fn listen_role(b: &Bundle) -> (String, String) {
+    let role = format!("{}_listen", b.db.schema());
+    b.raw
+        .batch_execute(&format!("CREATE ROLE \"{role}\" LOGIN"))
+        .await
+        .unwrap();
+    let cfg: tokio_postgres::Config = b.db.url().parse().unwrap();
+    let from = format!("://{}@", cfg.get_user().unwrap());
+    assert!(b.db.url().contains(&from), "{}", b.db.url());
+    let url = b.db.url().replacen(&from, &format!("://{role}@"), 1);
+    (role, url)
+}
+
+async fn set_login(b: &Bundle, role: &str, login: bool) {
+    let what = if login { "LOGIN" } else { "NOLOGIN" };
+    b.raw
+        .batch_execute(&format!("ALTER ROLE \"{role}\" {what}"))
+        .await
+        .unwrap();
+}
+
+/// With the poll off, a schedule added while the worker's LISTEN connection is down sent its
+/// notification to nobody; once the listener is back the scheduler reads the schedules
+/// again, and the schedule fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_added_while_listen_is_down_fires_after_the_reconnect() {
+    let b = setup().await;
+    let (role, listen) = listen_role(&b).await;
+    let w = Worker::builder(
+        client(&b, "sched-reconnect"),
+        Registry::new().register_handler("tick", JobOptions::default(), noop()),
+    )
+    .queue("default", 4)
+    .poll_interval(None)
+    .listen_url(&listen)
+    .build()
+    .unwrap();
+    let mut events = w.events();
+    let (stop, h) = spawn_worker(w);
+    listening(&mut events, secs(10)).await;
+    // Its first round found no schedule: the scheduler sleeps with no timer.
+    tokio::time::sleep(secs(1)).await;
+    let first = listener_pid(&b).await.unwrap();
+
+    set_login(&b, &role, false).await;
+    b.raw
+        .execute("SELECT pg_terminate_backend($1)", &[&first])
+        .await
+        .unwrap();
+    eventually(secs(10), "the LISTEN connection gone", || async {
+        listener_pid(&b).await.is_none()
+    })
+    .await;
+    b.client
+        .add_schedule(&Schedule::new("during", EVERY_SECOND, "tick"))
+        .await
+        .unwrap();
+    // Down a while longer (its reconnects are refused), then let it back.
+    tokio::time::sleep(secs(1)).await;
+    set_login(&b, &role, true).await;
+    eventually(secs(15), "the LISTEN connection back", || async {
+        listener_pid(&b).await.is_some_and(|p| p != first)
+    })
+    .await;
+    eventually(
+        secs(5),
+        "a fire of the schedule added meanwhile",
+        || async { !fires(&b, "during").await.is_empty() },
+    )
+    .await;
+    stop.send(()).unwrap();
+    h.await.unwrap();
+    let _ = b.raw.batch_execute(&format!("DROP ROLE \"{role}\"")).await;
+}
+
+/// With the poll off, a scheduler whose LISTEN connection stays down polls at the fallback
+/// interval (5 s) meanwhile, as the producers do: a schedule added during the outage fires
+/// before the listener is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_polls_while_listen_stays_down() {
+    let b = setup().await;
+    let (role, listen) = listen_role(&b).await;
+    let w = Worker::builder(
+        client(&b, "sched-deaf"),
+        Registry::new().register_handler("tick", JobOptions::default(), noop()),
+    )
+    .queue("default", 4)
+    .poll_interval(None)
+    .listen_url(&listen)
+    .build()
+    .unwrap();
+    let mut events = w.events();
+    let (stop, h) = spawn_worker(w);
+    listening(&mut events, secs(10)).await;
+    tokio::time::sleep(secs(1)).await;
+    let first = listener_pid(&b).await.unwrap();
+
+    set_login(&b, &role, false).await;
+    b.raw
+        .execute("SELECT pg_terminate_backend($1)", &[&first])
+        .await
+        .unwrap();
+    eventually(secs(10), "the LISTEN connection gone", || async {
+        listener_pid(&b).await.is_none()
+    })
+    .await;
+    b.client
+        .add_schedule(&Schedule::new("during", EVERY_SECOND, "tick"))
+        .await
+        .unwrap();
+    // The fallback poll is 5 s; a round takes well under a second.
+    eventually(secs(10), "a fire while LISTEN is down", || async {
+        !fires(&b, "during").await.is_empty()
+    })
+    .await;
+    assert!(listener_pid(&b).await.is_none(), "the listener came back");
+    set_login(&b, &role, true).await;
+    stop.send(()).unwrap();
+    h.await.unwrap();
+    let _ = b.raw.batch_execute(&format!("DROP ROLE \"{role}\"")).await;
+}
+
+/// Moves schedule `name`'s cursor to the whole hour before the last one, as if an hourly
+/// schedule had last fired then (its workers were down for the last hour's fire, a deploy
+/// say); returns the last whole hour.
+async fn last_fired_two_hours_ago(b: &Bundle, name: &str) -> SystemTime {
+    b.raw
+        .query_one(
+            "UPDATE schedules SET last_fire_at = date_trunc('hour', now()) - interval '1 hour' \
+             WHERE name = $1 RETURNING last_fire_at + interval '1 hour'",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn updated_at(b: &Bundle, name: &str) -> SystemTime {
+    b.raw
+        .query_one("SELECT updated_at FROM schedules WHERE name = $1", &[&name])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A worker that registers `schedules` from code, fires what is due once and drains.
+async fn register_and_drain(b: &Bundle, schedules: Vec<Schedule>) {
+    let mut w = Worker::builder(
+        client(b, "sched-redefine"),
+        Registry::new().register_handler("tick", JobOptions::default(), noop()),
+    )
+    .queue("default", 4);
+    for s in schedules {
+        w = w.periodic(s);
+    }
+    let w = w.build().unwrap();
+    tokio::time::timeout(secs(30), w.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// A deploy that changes a schedule's cron expression or time zone: the worker re-registers
+/// it at start, and its cursor starts at the change, so nothing that was not due under the
+/// new timing since the change is enqueued (not the fires the new timing would have had
+/// since the old cursor, nor the fire the old timing had left due).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_cron_or_time_zone_starts_the_cursor_at_the_change() {
+    let b = setup().await;
+    let hourly = |name: &str| Schedule::new(name, "0 * * * *", "tick");
+    for name in ["cron", "zone"] {
+        b.client.add_schedule(&hourly(name)).await.unwrap();
+        last_fired_two_hours_ago(&b, name).await;
+    }
+    // Every second instead of hourly; hourly in a zone 5:45 ahead of UTC (at :15 UTC).
+    register_and_drain(
+        &b,
+        vec![
+            Schedule::new("cron", EVERY_SECOND, "tick"),
+            hourly("zone").time_zone("Asia/Kathmandu"),
+        ],
+    )
+    .await;
+    let mut problems = Vec::new();
+    for name in ["cron", "zone"] {
+        let changed = updated_at(&b, name).await;
+        let early: Vec<_> = fires(&b, name)
+            .await
+            .into_iter()
+            .filter(|t| *t <= changed)
+            .collect();
+        if !early.is_empty() {
+            problems.push(format!(
+                "{name}: {} fires from before the change: {early:?}",
+                early.len()
+            ));
+        }
+        if cursor(&b, name).await + secs(2) <= changed {
+            problems.push(format!("{name}: the cursor is not at the change"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:?}");
+    // The library's answer says so; an unchanged timing is not started over.
+    let retimed = Schedule::new("cron", "*/2 * * * * *", "tick");
+    assert_eq!(
+        b.client.add_schedule(&retimed).await.unwrap(),
+        ScheduleChange::Retimed
+    );
+    assert_eq!(
+        b.client.add_schedule(&retimed).await.unwrap(),
+        ScheduleChange::Unchanged
+    );
+}
+
+/// A deploy that changes only a schedule's payload (and priority) keeps its cursor: the fire
+/// the workers missed while down still runs once under `latest`, with the new payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_payload_keeps_the_cursor() {
+    let b = setup().await;
+    let hourly = Schedule::new("p", "0 * * * *", "tick");
+    b.client.add_schedule(&hourly).await.unwrap();
+    let missed = last_fired_two_hours_ago(&b, "p").await;
+    let edited = hourly
+        .clone()
+        .payload(&serde_json::json!({ "v": 2 }))
+        .priority(3);
+    assert_eq!(
+        b.client.add_schedule(&edited).await.unwrap(),
+        ScheduleChange::Updated
+    );
+    register_and_drain(&b, vec![edited]).await;
+    assert_eq!(fires(&b, "p").await, vec![missed], "the missed fire, once");
+    assert_eq!(cursor(&b, "p").await, missed);
+    let payload: String = b
+        .raw
+        .query_one("SELECT payload::text FROM jobs WHERE schedule = 'p'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(payload, r#"{"v": 2}"#);
 }
