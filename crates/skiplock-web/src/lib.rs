@@ -248,7 +248,7 @@ impl Dashboard {
     /// own state, and answers every path below its mount point.
     pub fn router(self) -> Router {
         let state = App(Arc::new(Inner {
-            recent: std::sync::Mutex::new(None),
+            estimates: std::sync::Mutex::new(None),
             sql: Sql::new(self.client.schema()),
             client: self.client,
             authorize: self.authorize,
@@ -283,8 +283,8 @@ pub(crate) struct Inner {
     pub(crate) sql: Sql,
     pub(crate) authorize: Arc<dyn Authorize>,
     pub(crate) options: Options,
-    /// The last minute's finished counts on a large table, and when they were read.
-    pub(crate) recent: std::sync::Mutex<Option<queues::Recent>>,
+    /// The estimates of finished counts past the count limit, and when they were read.
+    pub(crate) estimates: std::sync::Mutex<Option<queues::Estimates>>,
 }
 
 impl std::ops::Deref for App {

@@ -64,6 +64,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "periodic_jobs",
         sql: include_str!("../migrations/0008_periodic_jobs.sql"),
     },
+    Migration {
+        version: 9,
+        name: "dashboard",
+        sql: include_str!("../migrations/0009_dashboard.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
