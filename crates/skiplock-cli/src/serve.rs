@@ -541,6 +541,75 @@ mod tests {
     use super::*;
 
     #[test]
+    fn host_names_are_read_as_a_browser_sends_them() {
+        let h = |v: &str| HostName::of_authority(v);
+        for loopback in [
+            "localhost",
+            "localhost:8080",
+            "LocalHost.:1",
+            "127.0.0.1:8080",
+            "127.255.0.9",
+            "[::1]:8080",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            assert!(h(loopback).is_some_and(|n| n.is_loopback()), "{loopback}");
+        }
+        for other in [
+            "evil.example:8441",
+            "localhost.evil.example",
+            "127.0.0.1.nip.io",
+            "10.0.0.1:80",
+            "[::2]:80",
+            "0.0.0.0",
+        ] {
+            assert!(!h(other).is_some_and(|n| n.is_loopback()), "{other}");
+        }
+        assert_eq!(h("user@localhost"), None);
+        assert_eq!(h(""), None);
+        assert_eq!(
+            h("Dash.Internal.:8441"),
+            Some(HostName::Name("dash.internal".to_owned()))
+        );
+        assert_eq!(
+            allowed_host("dash.internal").ok(),
+            Some(HostName::Name("dash.internal".to_owned()))
+        );
+        assert_eq!(
+            allowed_host("[::1]").ok(),
+            Some(HostName::Ip("::1".parse().unwrap()))
+        );
+        for bad in ["", "a:80", "a b", "-a", "a..b", "[a]"] {
+            assert!(allowed_host(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_throttle_counts_failures_in_a_sliding_minute() {
+        let t = Throttle::default();
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let start = Instant::now();
+        for i in 0..Throttle::MAX_FAILURES as u64 {
+            assert_eq!(t.blocked(ip, start + Duration::from_secs(i)), None);
+            t.failed(ip, start + Duration::from_secs(i));
+        }
+        let at = start + Duration::from_secs(10);
+        assert_eq!(t.blocked(ip, at), Some(Duration::from_secs(50)));
+        // Once the oldest failure is a minute old, one more guess is allowed.
+        assert_eq!(t.blocked(ip, start + Duration::from_secs(60)), None);
+        // Another client is not affected; a /64 is one client.
+        let a: IpAddr = "2001:db8::1".parse().unwrap();
+        let b: IpAddr = "2001:db8::ffff:2".parse().unwrap();
+        assert_eq!(client_key(a), client_key(b));
+        assert_ne!(
+            client_key(a),
+            client_key("2001:db8:0:1::1".parse().unwrap())
+        );
+        assert_eq!(t.blocked(client_key(a), at), None);
+        t.succeeded(ip);
+        assert_eq!(t.blocked(ip, at), None);
+    }
+
+    #[test]
     fn basic_auth_accepts_only_the_right_pair() {
         let c = Credentials {
             user: "admin".to_owned(),
