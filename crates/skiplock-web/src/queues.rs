@@ -325,13 +325,14 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             Some((age, counts)) => {
                 out.estimated = Some(age);
                 for (q, state) in &over {
-                    let est = counts
-                        .get(&(q.clone(), (*state).to_owned()))
-                        .copied()
-                        .unwrap_or(0.0)
-                        .round();
+                    let est = two_figures(
+                        counts
+                            .get(&(q.clone(), (*state).to_owned()))
+                            .copied()
+                            .unwrap_or(0.0),
+                    );
                     // Never below what was counted: a sample that finds fewer shows the bound.
-                    if est > cap as f64 {
+                    if est >= cap as f64 {
                         if let Some(row) = rows.get_mut(q) {
                             let c = Count::About(est as i64);
                             if *state == "done" {
@@ -378,6 +379,16 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     out.now = schedules.first().map_or(0.0, |r| r.get("now"));
     out.rows = rows.into_values().collect();
     Ok(out)
+}
+
+/// An estimate rounded to two significant figures (3,105,276 -> 3,100,000): a sample does not
+/// know more, and the page should not look as if it did.
+fn two_figures(x: f64) -> f64 {
+    if !x.is_finite() || x < 100.0 {
+        return x.max(0.0).round();
+    }
+    let scale = 10f64.powf(x.log10().floor() - 1.0);
+    (x / scale).round() * scale
 }
 
 /// The estimates of the (queue, state) pairs in `over`, and how old they are: from the cache
@@ -564,4 +575,22 @@ fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
     }
     s.push_str("</tbody></table>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::two_figures;
+
+    #[test]
+    fn estimates_keep_two_significant_figures() {
+        assert_eq!(two_figures(3_105_276.7), 3_100_000.0);
+        assert_eq!(two_figures(32_459.3), 32_000.0);
+        assert_eq!(two_figures(10_400.0), 10_000.0);
+        assert_eq!(two_figures(10_999.0), 11_000.0);
+        assert_eq!(two_figures(300.0), 300.0);
+        assert_eq!(two_figures(155.0), 160.0);
+        assert_eq!(two_figures(42.4), 42.0);
+        assert_eq!(two_figures(f64::NAN), 0.0);
+        assert_eq!(two_figures(-1.0), 0.0);
+    }
 }
