@@ -474,27 +474,29 @@ async fn check_host(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
         .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
-    let host = value.as_deref().and_then(HostName::of_authority);
-    match &host {
-        Some(h) if h.is_loopback() || allowed.contains(h) => next.run(req).await,
-        _ => {
-            let named = match &value {
-                Some(v) => format!("the Host {v:?}"),
-                None => "a request without a Host".to_owned(),
-            };
-            tracing::warn!(host = ?value, "dashboard refused a request for another host");
-            (
-                StatusCode::MISDIRECTED_REQUEST,
-                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                format!(
-                    "This dashboard does not answer for {named}: it answers localhost, \
-                     127.0.0.0/8, [::1] and the names given with --allowed-host or \
-                     {ALLOWED_HOSTS_ENV}.\n"
-                ),
-            )
-                .into_response()
-        }
+    let ok = |v: Option<&str>| {
+        v.and_then(HostName::of_authority)
+            .is_some_and(|h| h.is_loopback() || allowed.contains(&h))
+    };
+    // A request in absolute form names its host in the target too: both must be allowed.
+    let target_ok = req.uri().authority().is_none_or(|a| ok(Some(a.as_str())));
+    if ok(value.as_deref()) && target_ok {
+        return next.run(req).await;
     }
+    let named = match &value {
+        Some(v) => format!("the Host {v:?}"),
+        None => "a request without a Host".to_owned(),
+    };
+    tracing::warn!(host = ?value, uri = %req.uri(), "dashboard refused a request for another host");
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!(
+            "This dashboard does not answer for {named}: it answers localhost, 127.0.0.0/8, \
+             [::1] and the names given with --allowed-host or {ALLOWED_HOSTS_ENV}.\n"
+        ),
+    )
+        .into_response()
 }
 
 /// The user of a correct `Authorization: Basic` header.

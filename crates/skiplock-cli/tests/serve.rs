@@ -211,6 +211,11 @@ async fn serve_without_credentials_answers_only_loopback_hosts() {
     let (code, out) = http_to(&addr, &evil, "POST", "/queues/mail/resume", &forged);
     assert_eq!(code, 421, "{out}");
     assert!(paused(&db, "mail"), "a forged Host resumed the queue");
+    // A target in absolute form names the host too.
+    let absolute = format!("http://{evil}/jobs/1");
+    let (code, out) = http_to(&addr, &format!("localhost:{port}"), "GET", &absolute, &[]);
+    assert_eq!(code, 421, "{out}");
+    assert!(!out.contains("p4yl0ad"), "{out}");
     // Names that only look local are not.
     for host in ["localhost.evil.example", "127.0.0.1.nip.io", "evil.example"] {
         assert_eq!(http_to(&addr, host, "GET", "/", &[]).0, 421, "{host}");
