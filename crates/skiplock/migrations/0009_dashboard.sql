@@ -9,8 +9,8 @@
 -- It costs one index entry per job that finishes (the completion's UPDATE changes `status`,
 -- which partial indexes name, so it is never a HOT update and already writes the primary key's
 -- entry). Built inside the migration's transaction: on a large table the build reads the
--- table once (writes wait meanwhile). To keep writing
--- meanwhile, create it beforehand with CREATE INDEX CONCURRENTLY under this name and with this
--- definition (and check that it is valid): the migration then keeps it.
+-- table once (writes wait meanwhile). To keep writing meanwhile, create it beforehand with
+-- CREATE INDEX CONCURRENTLY under this name and with this definition (and check that it is
+-- valid): the migration then keeps it.
 CREATE INDEX IF NOT EXISTS jobs_finished_idx ON {schema}.jobs (queue, status, finished_at)
   WHERE status IN ('done', 'failed');
