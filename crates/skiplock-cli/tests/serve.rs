@@ -5,6 +5,16 @@ use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 
+/// A running `serve`, stopped when dropped (also when a test fails before its end).
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 use skiplock_testdb::TestDb;
 
 /// `admin:s3cret`, base64.
@@ -25,7 +35,7 @@ fn cmd(db: &TestDb, args: &[&str]) -> Command {
 }
 
 /// Starts `serve` on a free port and returns it with its address.
-fn serve(db: &TestDb, extra: &[&str], auth: bool) -> (Child, String) {
+fn serve(db: &TestDb, extra: &[&str], auth: bool) -> (Server, String) {
     serve_with(
         cmd(
             db,
@@ -36,18 +46,19 @@ fn serve(db: &TestDb, extra: &[&str], auth: bool) -> (Child, String) {
 }
 
 /// Starts `c` (a `serve` command) and returns it with the address it prints.
-fn serve_with(mut c: Command, auth: bool) -> (Child, String) {
+fn serve_with(mut c: Command, auth: bool) -> (Server, String) {
     if auth {
         c.env("SKIPLOCK_WEB_USER", "admin")
             .env("SKIPLOCK_WEB_PASSWORD", "s3cret");
     }
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Server(
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let addr = line
@@ -113,7 +124,7 @@ async fn serve_asks_for_the_password_and_honours_read_only() {
         .unwrap();
     assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
 
-    let (mut child, addr) = serve(&db, &[], true);
+    let (child, addr) = serve(&db, &[], true);
     let (code, out) = http(&addr, "GET", "/", &[]);
     assert_eq!(code, 401);
     assert!(
@@ -140,10 +151,9 @@ async fn serve_asks_for_the_password_and_honours_read_only() {
         &[&format!("Authorization: Basic {GOOD}")],
     );
     assert_eq!(code, 303);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 
-    let (mut child, addr) = serve(&db, &["--read-only"], true);
+    let (child, addr) = serve(&db, &["--read-only"], true);
     let (code, out) = http(
         &addr,
         "POST",
@@ -162,8 +172,7 @@ async fn serve_asks_for_the_password_and_honours_read_only() {
         out.contains("cancelled") && out.contains("read-only"),
         "{out}"
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 }
 
 /// Whether queue `q` is paused, as `queue list` reports it.
@@ -192,7 +201,7 @@ async fn serve_without_credentials_answers_only_loopback_hosts() {
     assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
     assert!(paused(&db, "mail"));
 
-    let (mut child, addr) = serve(&db, &[], false);
+    let (child, addr) = serve(&db, &[], false);
     let port = addr.rsplit(':').next().unwrap().to_owned();
     let evil = format!("evil.example:{port}");
     let forged = [
@@ -241,35 +250,31 @@ async fn serve_without_credentials_answers_only_loopback_hosts() {
     );
     assert_eq!(code, 303, "{out}");
     assert!(!paused(&db, "mail"));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 }
 
 #[tokio::test]
 async fn serve_answers_the_hosts_it_is_told_to() {
     let db = TestDb::new().await;
     assert!(cmd(&db, &["migrate"]).output().unwrap().status.success());
-    let (mut child, addr) = serve(&db, &["--allowed-host", "dash.internal"], false);
+    let (child, addr) = serve(&db, &["--allowed-host", "dash.internal"], false);
     assert_eq!(http_to(&addr, "dash.internal:8441", "GET", "/", &[]).0, 200);
     assert_eq!(http_to(&addr, "Dash.Internal", "GET", "/", &[]).0, 200);
     assert_eq!(http_to(&addr, "evil.example", "GET", "/", &[]).0, 421);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 
     let mut c = cmd(&db, &["serve", "--addr", "127.0.0.1:0"]);
     c.env("SKIPLOCK_ALLOWED_HOSTS", "a.internal,b.internal");
-    let (mut child, addr) = serve_with(c, false);
+    let (child, addr) = serve_with(c, false);
     assert_eq!(http_to(&addr, "b.internal", "GET", "/", &[]).0, 200);
     assert_eq!(http_to(&addr, "c.internal", "GET", "/", &[]).0, 421);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 
     // With credentials, any Host passes unless names are given.
-    let (mut child, addr) = serve(&db, &[], true);
+    let (child, addr) = serve(&db, &[], true);
     let auth = format!("Authorization: Basic {GOOD}");
     assert_eq!(http_to(&addr, "dash.example", "GET", "/", &[&auth]).0, 200);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 
     for bad in ["dash.internal:8080", "", "bad name", "-x.example"] {
         let arg = format!("--allowed-host={bad}");
@@ -306,7 +311,7 @@ async fn get_from(from: &str, addr: &str, headers: &[&str]) -> (u16, String) {
 async fn serve_throttles_failed_sign_ins_per_address() {
     let db = TestDb::new().await;
     assert!(cmd(&db, &["migrate"]).output().unwrap().status.success());
-    let (mut child, addr) = serve(&db, &[], true);
+    let (child, addr) = serve(&db, &[], true);
     let bad = format!("Authorization: Basic {BAD}");
     let good = format!("Authorization: Basic {GOOD}");
     // Asking without credentials is not a failure.
@@ -341,20 +346,18 @@ async fn serve_throttles_failed_sign_ins_per_address() {
         assert_eq!(get_from("127.0.0.3:0", &addr, &[&bad]).await.0, 401);
     }
     assert_eq!(get_from("127.0.0.3:0", &addr, &[&good]).await.0, 200);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
 }
 
 #[tokio::test]
 async fn serve_listens_on_a_host_name() {
     let db = TestDb::new().await;
     assert!(cmd(&db, &["migrate"]).output().unwrap().status.success());
-    let (mut child, addr) = serve_with(cmd(&db, &["serve", "--addr", "localhost:0"]), false);
+    let (child, addr) = serve_with(cmd(&db, &["serve", "--addr", "localhost:0"]), false);
     let port = addr.rsplit(':').next().unwrap().to_owned();
     let (code, out) = http_to(&addr, &format!("localhost:{port}"), "GET", "/", &[]);
     assert_eq!(code, 200, "{out}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     for (bad, says) in [
         ("localhost", "expected HOST:PORT"),
         ("localhost:http", "expected HOST:PORT"),
