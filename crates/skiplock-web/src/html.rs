@@ -54,7 +54,7 @@ pub(crate) enum Count {
     Exact(i64),
     /// Counting stopped at this many: there are at least this many.
     AtLeast(i64),
-    /// Estimated (from the planner's statistics and a partial read).
+    /// Estimated (from a sample of the table), past a bound that was counted.
     About(i64),
     /// Counted among the newest this many jobs only (the scan budget): at least this many.
     Among(i64, i64),
@@ -81,8 +81,8 @@ impl Count {
                 int(n)
             ),
             Count::About(n) => format!(
-                "<span class=\"approx\" title=\"estimate: the planner's row count shared out as in \
-                 the part of the table read\">≈&#8239;{}</span>",
+                "<span class=\"approx\" title=\"estimate from a sample of the table: counting \
+                 stopped at the count limit\">≈&#8239;{}</span>",
                 int(n)
             ),
         }

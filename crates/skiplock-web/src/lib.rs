@@ -31,8 +31,10 @@
 //!
 //! Every page reads in one read-only transaction with its own statement timeout
 //! ([`Dashboard::statement_timeout`], 3 s by default), and every statement has a `LIMIT`.
-//! Counts stop at [`Dashboard::count_limit`] (10,000 by default) and show as `10,000+`; the
-//! finished jobs of each queue are, beyond it, estimates from the planner's row count. A
+//! Counts stop at [`Dashboard::count_limit`] (10,000 by default) and show as `10,000+`. Each
+//! queue's done, failed and last-minute counts are exact up to it, read through the index of
+//! finished jobs (the library's migration 10); past it, a done or failed count is an estimate
+//! from a sample of the table's pages, marked `≈` and never below the limit. A
 //! filter that no index serves (done or failed jobs, a queue or a kind) reads at most
 //! [`Dashboard::scan_budget`] jobs (50,000 by default) per statement, by id from the page's
 //! position: the page says how far it searched and links to the next stretch, and its count
@@ -248,7 +250,7 @@ impl Dashboard {
     /// own state, and answers every path below its mount point.
     pub fn router(self) -> Router {
         let state = App(Arc::new(Inner {
-            recent: std::sync::Mutex::new(None),
+            estimates: std::sync::Mutex::new(None),
             sql: Sql::new(self.client.schema()),
             client: self.client,
             authorize: self.authorize,
@@ -283,8 +285,8 @@ pub(crate) struct Inner {
     pub(crate) sql: Sql,
     pub(crate) authorize: Arc<dyn Authorize>,
     pub(crate) options: Options,
-    /// The last minute's finished counts on a large table, and when they were read.
-    pub(crate) recent: std::sync::Mutex<Option<queues::Recent>>,
+    /// The estimates of finished counts past the count limit, and when they were read.
+    pub(crate) estimates: std::sync::Mutex<Option<queues::Estimates>>,
 }
 
 impl std::ops::Deref for App {

@@ -28,8 +28,7 @@ pub(crate) struct QueueRow {
     pub(crate) running: Count,
     pub(crate) done: Count,
     pub(crate) failed: Count,
-    /// `None`: not known (its read was cancelled by the statement timeout).
-    pub(crate) last_minute: Option<Count>,
+    pub(crate) last_minute: Count,
     pub(crate) oldest_ready_s: f64,
     /// Paused: since when (epoch seconds), by whom, and the database's clock then.
     pub(crate) paused: Option<(Option<f64>, Option<String>, f64)>,
@@ -59,34 +58,40 @@ impl QueueRow {
             running: Count::Exact(0),
             done: Count::Exact(0),
             failed: Count::Exact(0),
-            last_minute: Some(Count::Exact(0)),
+            last_minute: Count::Exact(0),
             oldest_ready_s: 0.0,
             paused: None,
         }
     }
 }
 
-/// How long the last minute's finished counts of a large table are kept: reading them is
-/// the one full scan of the page, so it is not repeated on every refresh.
-pub(crate) const RECENT_TTL: Duration = Duration::from_secs(10);
+/// How long the estimates of large finished counts are kept: each reads a sample of the
+/// table's pages, so it is not repeated on every refresh.
+pub(crate) const ESTIMATE_TTL: Duration = Duration::from_secs(10);
 
-/// The last minute's finished counts per queue, as read at `at`.
+/// About how many of the table's pages an estimate reads.
+const SAMPLE_PAGES: f64 = 500.0;
+
+/// The estimated done and failed jobs of the queues whose counts passed the bound, as read
+/// at `at`.
 #[derive(Debug, Clone)]
-pub(crate) struct Recent {
+pub(crate) struct Estimates {
     at: Instant,
-    counts: Vec<(String, Count)>,
+    /// (queue, state) -> estimate, for every pair asked (0 when the sample found none).
+    counts: BTreeMap<(String, String), f64>,
 }
 
 /// What the page shows.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Queues {
     pub(crate) rows: Vec<QueueRow>,
-    /// Finished counts are estimates (the table is larger than the count limit).
-    pub(crate) estimated: bool,
-    /// The last minute's count could not be read in time.
-    pub(crate) recent_timed_out: bool,
-    /// The last minute's count comes from the cache, read this long ago.
-    pub(crate) recent_age: Option<Duration>,
+    /// Some finished counts passed the count limit and are estimates, read this long ago.
+    pub(crate) estimated: Option<Duration>,
+    /// Some finished counts passed the count limit, and the estimate could not be read
+    /// within the statement timeout (they show as lower bounds).
+    pub(crate) estimate_timed_out: bool,
+    /// Counts are exact up to this many.
+    pub(crate) count_limit: i64,
     /// The schedules, by name.
     pub(crate) schedules: Vec<ScheduleRow>,
     /// The database's clock (epoch seconds) when the schedules were read.
@@ -142,10 +147,7 @@ const COLUMNS: &[Column] = &[
     Column {
         header: "Finished / min",
         title: "Done or failed in the last minute",
-        cell: |_, r| match r.last_minute {
-            Some(c) => c.html(),
-            None => "<span class=\"muted\" title=\"not read in time\">?</span>".to_owned(),
-        },
+        cell: |_, r| r.last_minute.html(),
     },
     Column {
         header: "Oldest ready",
@@ -276,94 +278,73 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
         row.oldest_ready_s = r.get("oldest_ready_age_s");
     }
 
-    let finished = db::rows(&*tx, &sql.queue_finished, &limits).await?;
-    let seen: i64 = finished
-        .iter()
-        .map(|r| r.get::<_, i64>("done") + r.get::<_, i64>("failed"))
-        .sum();
-    let mut out = Queues::default();
-    if seen < cap {
-        // Every finished row was read: exact.
-        for r in &finished {
-            let q: String = r.get("queue");
-            let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
-            row.done = Count::Exact(r.get("done"));
-            row.failed = Count::Exact(r.get("failed"));
-            row.last_minute = Some(Count::Exact(r.get("last_minute")));
-        }
-    } else {
-        // The read stopped at the count limit: share the planner's row count out as in the
-        // part read, and count the last minute on its own (under the timeout).
-        out.estimated = true;
-        let schema = app.client.schema().name();
-        let est = db::rows(&*tx, &sql.table_estimate, &[(&schema, Type::TEXT)]).await?;
-        let reltuples = est.first().map_or(-1.0, |r| r.get::<_, f64>("reltuples"));
-        let finished_total = if reltuples > 0.0 {
-            ((reltuples as i64) - queued_total - running_total).max(seen)
+    // Finished jobs: each queue's done, failed and last minute's counts, each exact up to
+    // the count limit (read one row past it to know); beyond it, an estimate.
+    let past = cap + 1;
+    let finished = db::rows(
+        &*tx,
+        &sql.queue_finished,
+        &[(&past, Type::INT8), (&max_queues, Type::INT8)],
+    )
+    .await?;
+    let mut out = Queues {
+        count_limit: cap,
+        ..Queues::default()
+    };
+    let mut over: Vec<(String, &'static str)> = Vec::new();
+    let upto = |n: i64| {
+        if n > cap {
+            Count::AtLeast(cap)
         } else {
-            seen
-        };
-        let scale = |n: i64| -> Count {
-            if reltuples <= 0.0 {
-                return Count::AtLeast(n);
-            }
-            Count::About(((n as f64) / (seen as f64) * (finished_total as f64)).round() as i64)
-        };
-        for r in &finished {
-            let q: String = r.get("queue");
-            let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
-            row.done = scale(r.get("done"));
-            row.failed = scale(r.get("failed"));
-            row.last_minute = Some(Count::Exact(0));
+            Count::Exact(n)
         }
-        let cached = app
-            .recent
-            .lock()
-            .ok()
-            .and_then(|c| c.clone())
-            .filter(|c| c.at.elapsed() < RECENT_TTL);
-        let recent = match cached {
-            Some(c) => {
-                out.recent_age = Some(c.at.elapsed());
-                Some(c.counts)
-            }
-            None => {
-                let sp = tx.savepoint("recent").await?;
-                match db::rows(&sp, &sql.queue_finished_recent, &limits).await {
-                    Ok(recent) => {
-                        let total: i64 =
-                            recent.iter().map(|r| r.get::<_, i64>("last_minute")).sum();
-                        let counts: Vec<(String, Count)> = recent
-                            .iter()
-                            .map(|r| (r.get("queue"), bound(r.get("last_minute"), total)))
-                            .collect();
-                        sp.commit().await?;
-                        if let Ok(mut c) = app.recent.lock() {
-                            *c = Some(Recent {
-                                at: Instant::now(),
-                                counts: counts.clone(),
-                            });
-                        }
-                        Some(counts)
-                    }
-                    Err(e) if e.is_timeout() => None,
-                    Err(e) => return Err(e),
-                }
-            }
+    };
+    for r in &finished {
+        let q: String = r.get("queue");
+        let row = rows
+            .entry(q.clone())
+            .or_insert_with(|| QueueRow::new(q.clone()));
+        let (done, failed): (i64, i64) = (r.get("done"), r.get("failed"));
+        row.done = upto(done);
+        row.failed = upto(failed);
+        if done > cap {
+            over.push((q.clone(), "done"));
+        }
+        if failed > cap {
+            over.push((q, "failed"));
+        }
+        let (d, f): (i64, i64) = (r.get("done_last_minute"), r.get("failed_last_minute"));
+        row.last_minute = if d > cap || f > cap {
+            Count::AtLeast(d.min(cap) + f.min(cap))
+        } else {
+            Count::Exact(d + f)
         };
-        match recent {
-            Some(counts) => {
-                for (q, c) in counts {
-                    let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
-                    row.last_minute = Some(c);
+    }
+    if !over.is_empty() {
+        match estimates(app, tx, &over).await? {
+            Some((age, counts)) => {
+                out.estimated = Some(age);
+                for (q, state) in &over {
+                    let est = two_figures(
+                        counts
+                            .get(&(q.clone(), (*state).to_owned()))
+                            .copied()
+                            .unwrap_or(0.0),
+                    );
+                    // Never below what was counted: a sample that finds fewer shows the bound.
+                    if est >= cap as f64 {
+                        if let Some(row) = rows.get_mut(q) {
+                            let c = Count::About(est as i64);
+                            if *state == "done" {
+                                row.done = c;
+                            } else {
+                                row.failed = c;
+                            }
+                        }
+                    }
                 }
             }
-            None => {
-                out.recent_timed_out = true;
-                for row in rows.values_mut() {
-                    row.last_minute = None;
-                }
-            }
+            None => out.estimate_timed_out = true,
         }
     }
     let paused = db::rows(&*tx, &sql.queue_paused, &[(&max_queues, Type::INT8)]).await?;
@@ -400,6 +381,76 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     Ok(out)
 }
 
+/// An estimate rounded to two significant figures (3,105,276 -> 3,100,000): a sample does not
+/// know more, and the page should not look as if it did.
+fn two_figures(x: f64) -> f64 {
+    if !x.is_finite() || x < 100.0 {
+        return x.max(0.0).round();
+    }
+    let scale = 10f64.powf(x.log10().floor() - 1.0);
+    (x / scale).round() * scale
+}
+
+/// The estimates of the (queue, state) pairs in `over`, and how old they are: from the cache
+/// when it is fresh and has them all, else from a sample read now. `None` when the sample
+/// was cancelled by the statement timeout.
+async fn estimates(
+    app: &App,
+    tx: &mut Transaction<'_>,
+    over: &[(String, &'static str)],
+) -> DbResult<Option<(Duration, BTreeMap<(String, String), f64>)>> {
+    let cached = app
+        .estimates
+        .lock()
+        .ok()
+        .and_then(|c| c.clone())
+        .filter(|c| {
+            c.at.elapsed() < ESTIMATE_TTL
+                && over
+                    .iter()
+                    .all(|(q, s)| c.counts.contains_key(&(q.clone(), (*s).to_owned())))
+        });
+    if let Some(c) = cached {
+        return Ok(Some((c.at.elapsed(), c.counts)));
+    }
+    let mut queues: Vec<String> = over.iter().map(|(q, _)| q.clone()).collect();
+    queues.dedup();
+    let limit = i64::try_from(over.len()).unwrap_or(i64::MAX);
+    let schema = app.client.schema().name();
+    let sp = tx.savepoint("estimate").await?;
+    let read = db::rows(
+        &sp,
+        &app.sql.queue_finished_sample,
+        &[
+            (&SAMPLE_PAGES, Type::FLOAT8),
+            (&queues, Type::TEXT_ARRAY),
+            (&limit, Type::INT8),
+            (&schema, Type::TEXT),
+        ],
+    )
+    .await;
+    let sampled = match read {
+        Ok(rows) => rows,
+        Err(e) if e.is_timeout() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    sp.commit().await?;
+    let mut counts: BTreeMap<(String, String), f64> = over
+        .iter()
+        .map(|(q, s)| ((q.clone(), (*s).to_owned()), 0.0))
+        .collect();
+    for r in &sampled {
+        counts.insert((r.get("queue"), r.get("status")), r.get("estimate"));
+    }
+    if let Ok(mut c) = app.estimates.lock() {
+        *c = Some(Estimates {
+            at: Instant::now(),
+            counts: counts.clone(),
+        });
+    }
+    Ok(Some((Duration::ZERO, counts)))
+}
+
 fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
     if q.rows.is_empty() {
         return "<p class=\"empty\">No jobs in this schema yet.</p>".to_owned();
@@ -421,31 +472,33 @@ fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
         s.push_str("</tr>");
     }
     s.push_str("</tbody></table>");
-    let mut notes = Vec::new();
-    if q.estimated {
-        notes.push(
-            "Done and failed counts marked ≈ are estimates: the table holds more finished jobs \
-             than the count limit, so they are the planner's row count shared out as in the \
-             part read.",
-        );
+    let mut notes: Vec<String> = Vec::new();
+    if let Some(age) = q.estimated {
+        notes.push(format!(
+            "Counts stop at {limit}: a done or failed count past it, marked ≈, is an estimate \
+             from a sample of the table's pages ({age}), never below {limit}; one marked + is a \
+             lower bound.",
+            limit = html::int(q.count_limit),
+            age = if age.as_secs() == 0 {
+                "read now".to_owned()
+            } else {
+                format!(
+                    "read {} s ago; re-read at most every {} s",
+                    age.as_secs(),
+                    ESTIMATE_TTL.as_secs()
+                )
+            }
+        ));
     }
-    if q.recent_timed_out {
+    if q.estimate_timed_out {
         notes.push(
-            "The last minute's count was not read within the statement timeout (no index covers \
-             finished_at).",
+            "Done and failed counts marked + passed the count limit, and their estimate was not \
+             read within the statement timeout: they are lower bounds."
+                .to_owned(),
         );
-    }
-    let cached;
-    if let Some(age) = q.recent_age {
-        cached = format!(
-            "Finished / min on a table this large is read at most every {} s (this one {} s ago).",
-            RECENT_TTL.as_secs(),
-            age.as_secs()
-        );
-        notes.push(&cached);
     }
     for n in notes {
-        s.push_str(&format!("<p class=\"note\">{}</p>", esc(n)));
+        s.push_str(&format!("<p class=\"note\">{}</p>", esc(&n)));
     }
     s
 }
@@ -522,4 +575,22 @@ fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
     }
     s.push_str("</tbody></table>");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::two_figures;
+
+    #[test]
+    fn estimates_keep_two_significant_figures() {
+        assert_eq!(two_figures(3_105_276.7), 3_100_000.0);
+        assert_eq!(two_figures(32_459.3), 32_000.0);
+        assert_eq!(two_figures(10_400.0), 10_000.0);
+        assert_eq!(two_figures(10_999.0), 11_000.0);
+        assert_eq!(two_figures(300.0), 300.0);
+        assert_eq!(two_figures(155.0), 160.0);
+        assert_eq!(two_figures(42.4), 42.0);
+        assert_eq!(two_figures(f64::NAN), 0.0);
+        assert_eq!(two_figures(-1.0), 0.0);
+    }
 }

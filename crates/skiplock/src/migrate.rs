@@ -69,6 +69,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "retry_keeps_lease",
         sql: include_str!("../migrations/0009_retry_keeps_lease.sql"),
     },
+    Migration {
+        version: 10,
+        name: "dashboard",
+        sql: include_str!("../migrations/0010_dashboard.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.
