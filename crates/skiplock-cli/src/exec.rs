@@ -5,8 +5,11 @@
 //! previous attempt.
 //!
 //! At a graceful shutdown the commands still running at the deadline get SIGTERM, then
-//! SIGKILL [`TERM_GRACE`] later; one that stops in between is put back in the queue without
-//! spending an attempt (a command that still ends with exit 0 is done).
+//! SIGKILL [`TERM_GRACE`] later; either way the worker hands the job back when its shutdown
+//! timeout (this deadline plus [`TERM_GRACE`]) ends: no attempt spent, its `run_at` (its
+//! place in line) kept. A command that still ends with exit 0 is done. Commands start with
+//! no signal blocked or ignored (see [`crate::guard`]), so they do see that SIGTERM. Of a
+//! command's standard error only the last [`STDERR_TAIL`] bytes are kept in memory.
 //!
 //! A worker killed with `kill -9` cannot act, so each group is led by a small guard (the
 //! hidden `skiplock exec-guard`, see [`crate::guard`]) that starts the command and watches
