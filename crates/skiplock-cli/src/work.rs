@@ -44,7 +44,7 @@ fn parse_poll(s: &str) -> Result<Poll, String> {
     optional_within::<10, { 7 * DAY }>(s).map(Poll)
 }
 
-/// The pruning retention: 1 s to 100 years, or `off`.
+/// The pruning retention: 1 s to 36,500 days, or `off`.
 fn parse_retention(s: &str) -> Result<Poll, String> {
     optional_within::<1000, { 100 * 365 * DAY }>(s).map(Poll)
 }
@@ -113,7 +113,7 @@ pub struct Args {
     #[arg(long, value_parser = within::<1, { 365 * DAY }>)]
     timeout: Option<Duration>,
     /// Prune done jobs older than this while working (hourly, one process at a time), or
-    /// `off` (1s to 100y).
+    /// `off` (1s to 36500d).
     #[arg(long, value_name = "D|off", value_parser = parse_retention, default_value = "7d")]
     prune_older_than: Poll,
     /// Close pool connections unused for this long (1s to 7d), or `off` (the LISTEN
