@@ -1,5 +1,6 @@
 //! What the command reports when it fails, and with which exit status: 1 for a database or
-//! runtime error, 2 for a usage error or input that was refused.
+//! runtime error, 2 for a usage error or input that was refused, 128 + N for a draining
+//! worker stopped by signal N (130 for SIGINT, 143 for SIGTERM).
 
 /// Input the command refused (exit status 2).
 #[derive(Debug)]
@@ -12,6 +13,37 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// A draining worker (`work --drain`) stopped by a signal before nothing was left: exit
+/// status 128 + the signal (130 for SIGINT, 143 for SIGTERM).
+#[derive(Debug)]
+pub struct Interrupted {
+    /// The signal's number.
+    pub signal: i32,
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.signal {
+            2 => "SIGINT",
+            15 => "SIGTERM",
+            _ => "a signal",
+        };
+        write!(
+            f,
+            "interrupted by {name} before the queues were drained (the jobs it was running were handed back)"
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// The exit status of an interrupted drain (128 + the signal), if `e` is one.
+pub fn interrupted_status(e: &anyhow::Error) -> Option<u8> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<Interrupted>())
+        .and_then(|i| u8::try_from(128 + i.signal).ok())
+}
 
 /// A refusal of the user's input.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {

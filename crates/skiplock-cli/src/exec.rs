@@ -5,8 +5,11 @@
 //! previous attempt.
 //!
 //! At a graceful shutdown the commands still running at the deadline get SIGTERM, then
-//! SIGKILL [`TERM_GRACE`] later; one that stops in between is put back in the queue without
-//! spending an attempt (a command that still ends with exit 0 is done).
+//! SIGKILL [`TERM_GRACE`] later; either way the worker hands the job back when its shutdown
+//! timeout (this deadline plus [`TERM_GRACE`]) ends: no attempt spent, its `run_at` (its
+//! place in line) kept. A command that still ends with exit 0 is done. Commands start with
+//! no signal blocked or ignored (see [`crate::guard`]), so they do see that SIGTERM. Of a
+//! command's standard error only the last [`STDERR_TAIL`] bytes are kept in memory.
 //!
 //! A worker killed with `kill -9` cannot act, so each group is led by a small guard (the
 //! hidden `skiplock exec-guard`, see [`crate::guard`]) that starts the command and watches
@@ -129,13 +132,61 @@ impl Handler for Exec {
     }
 }
 
+/// Reads a command's standard error to its end, keeping only the last [`STDERR_TAIL`]
+/// bytes: memory stays bounded however much the command writes.
 async fn read_tail(mut stderr: Option<impl AsyncRead + Unpin>) -> String {
-    let mut buf = Vec::new();
+    let mut tail = Tail::default();
     if let Some(s) = stderr.as_mut() {
-        let _ = s.read_to_end(&mut buf).await;
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) => break,
+                Ok(n) => tail.push(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
     }
-    let start = buf.len().saturating_sub(STDERR_TAIL);
-    String::from_utf8_lossy(&buf[start..]).trim().to_owned()
+    tail.text()
+}
+
+/// The last [`STDERR_TAIL`] bytes of a stream.
+#[derive(Default)]
+struct Tail {
+    buf: std::collections::VecDeque<u8>,
+    /// Whether bytes before `buf` were dropped.
+    cut: bool,
+}
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        let bytes = match bytes.len().checked_sub(STDERR_TAIL) {
+            Some(skip) if skip > 0 => {
+                self.cut = true;
+                self.buf.clear();
+                &bytes[skip..]
+            }
+            _ => bytes,
+        };
+        self.buf.extend(bytes);
+        let over = self.buf.len().saturating_sub(STDERR_TAIL);
+        if over > 0 {
+            self.cut = true;
+            self.buf.drain(..over);
+        }
+    }
+
+    /// The tail as text, trimmed; a cut through a character drops its remains.
+    fn text(self) -> String {
+        let (cut, buf) = (self.cut, Vec::from(self.buf));
+        // A cut may leave the continuation bytes (0b10xx_xxxx) of a character first.
+        let start = if cut {
+            buf.iter().take(3).take_while(|b| *b & 0xC0 == 0x80).count()
+        } else {
+            0
+        };
+        String::from_utf8_lossy(&buf[start..]).trim().to_owned()
+    }
 }
 
 async fn exec(
@@ -200,8 +251,11 @@ async fn exec(
     let status =
         status.map_err(|e| JobError::retry(format!("waiting for {program} failed: {e}")))?;
     if STOPPING.load(Ordering::SeqCst) && !status.success() {
-        // Stopped by the shutdown: back to the queue, no attempt spent.
-        return Err(JobError::snooze(Duration::ZERO));
+        // Stopped by the shutdown: the worker hands the job back (no attempt spent, its
+        // run_at kept) when its shutdown timeout ends, at most TERM_GRACE from now; until
+        // then this attempt has not ended.
+        ctx.cancelled().await;
+        return Err(JobError::retry("stopped by the shutdown"));
     }
     let not_started = crate::guard::not_started(program);
     if status.code() == Some(i32::from(crate::guard::NOT_STARTED)) && tail.starts_with(&not_started)
@@ -223,6 +277,56 @@ async fn exec(
         (None, Some(sig)) => Err(JobError::retry(format!("killed by signal {sig}{tail}"))),
         (None, None) => Err(JobError::retry(format!("ended abnormally{tail}"))),
     }
+}
+
+/// Checks, before the worker starts, that `program` can be run as the guard will run it
+/// (found as `execvp` finds it: a name with a `/` as a path, else in `PATH`), so that a
+/// typo fails at once instead of failing every job. The error is one line.
+pub fn check_program(program: &str) -> Result<(), String> {
+    use nix::unistd::{access, AccessFlags};
+    use std::path::{Path, PathBuf};
+
+    let runnable = |p: &Path| -> Result<(), String> {
+        let meta = std::fs::metadata(p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".to_owned(),
+            _ => nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(0))
+                .desc()
+                .to_owned(),
+        })?;
+        if meta.is_dir() {
+            return Err("it is a directory".to_owned());
+        }
+        access(p, AccessFlags::X_OK).map_err(|e| format!("it is not executable ({})", e.desc()))
+    };
+    if program.is_empty() {
+        return Err("--exec needs a command".to_owned());
+    }
+    if program.contains('/') {
+        return runnable(Path::new(program))
+            .map_err(|why| format!("--exec: cannot run {program}: {why}"));
+    }
+    // As execvp: PATH, or its default when unset.
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+    let mut first_refusal = None;
+    for dir in std::env::split_paths(&path) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(program);
+        match runnable(&candidate) {
+            Ok(()) => return Ok(()),
+            Err(why) if candidate.exists() && first_refusal.is_none() => {
+                first_refusal = Some(format!("{}: {why}", candidate.display()));
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match first_refusal {
+        Some(why) => format!("--exec: cannot run {program}: {why}"),
+        None => format!("--exec: cannot run {program}: not found in PATH"),
+    })
 }
 
 /// The program that guards each command: this very binary (on Linux through

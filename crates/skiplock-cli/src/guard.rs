@@ -16,11 +16,22 @@
 //! cannot be started is reported on standard error as `could not start PROGRAM: ...`, with
 //! exit status [`NOT_STARTED`]. The guard does not die of SIGTERM: the worker sends it to
 //! the whole group, which the command receives anyway, and the guard keeps waiting for the
-//! command; on Linux a SIGTERM from anyone else is passed on to the command.
+//! command; a SIGTERM from anyone else is passed on to the command.
+//!
+//! The command starts clean: no signal blocked, and every signal at its default action. The
+//! guard catches SIGTERM with a handler (never by blocking it: a blocked signal stays blocked
+//! across `exec`, and the command would never see the shutdown's SIGTERM), clears any signal
+//! mask it inherited, and puts a handler on every signal it inherited ignored (an ignored
+//! signal stays ignored across `exec`; one with a handler is reset to its default). The one
+//! exception is the C library's two private signals (32 and 33 with glibc), which its
+//! `posix_spawn` itself marks ignored in the processes it starts and which no program can
+//! use or set through it.
 
 use std::io::{Read, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{killpg, SigSet, Signal};
@@ -49,12 +60,10 @@ pub fn run(args: Args) -> ExitCode {
         errln!("error: exec-guard needs a command");
         return ExitCode::from(2);
     };
-    // SIGTERM blocked in every thread (they inherit this mask); on Linux it is read from a
-    // signalfd instead. The command starts with no signal blocked (the standard library
-    // clears the mask of the processes it starts).
-    let mut term = SigSet::empty();
-    term.add(Signal::SIGTERM);
-    let signals = term.thread_block().and_then(|()| sigterm::Fd::new(&term));
+    // Before any thread starts (they inherit the mask), and so before the command does.
+    let _ = SigSet::empty().thread_set_mask();
+    clear_ignored();
+    let signals = sigterm::Signals::new();
 
     let mut input = std::io::stdin();
     let payload = match read_payload(&mut input) {
@@ -85,10 +94,10 @@ pub fn run(args: Args) -> ExitCode {
         });
     }
     match (signals, i32::try_from(child.id())) {
-        (Ok(fd), Ok(pid)) => {
-            std::thread::spawn(move || fd.pass_on(Pid::from_raw(pid)));
+        (Ok(mut signals), Ok(pid)) => {
+            std::thread::spawn(move || signals.pass_on(Pid::from_raw(pid)));
         }
-        (Err(e), _) => errln!("warning: the job guard cannot pass SIGTERM on: {e}"),
+        (Err(e), _) => errln!("warning: the job guard cannot catch SIGTERM: {e}"),
         (Ok(_), Err(_)) => {}
     }
     let status = match child.wait() {
@@ -137,55 +146,59 @@ fn watch_worker(mut input: impl Read) {
     let _ = killpg(getpgrp(), Signal::SIGKILL);
 }
 
-#[cfg(target_os = "linux")]
-mod sigterm {
-    use nix::sys::signal::{kill, SigSet, Signal};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-    use nix::unistd::{getppid, Pid};
-
-    /// The guard's SIGTERMs, and who the worker is.
-    pub struct Fd(SignalFd, Pid);
-
-    impl Fd {
-        pub fn new(mask: &SigSet) -> nix::Result<Self> {
-            Ok(Fd(
-                SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC)?,
-                getppid(),
-            ))
-        }
-
-        /// Passes SIGTERM on to the command, unless it came from the worker: the worker
-        /// signals the whole group, so the command has it already.
-        pub fn pass_on(&self, command: Pid) {
-            loop {
-                match self.0.read_signal() {
-                    Ok(Some(info)) => {
-                        if i64::from(info.ssi_pid) != i64::from(self.1.as_raw()) {
-                            let _ = kill(command, Signal::SIGTERM);
-                        }
-                    }
-                    Ok(None) | Err(nix::errno::Errno::EINTR) => {}
-                    Err(_) => return,
-                }
-            }
+/// Puts a handler on every signal this process inherited ignored, so that the command
+/// starts with their default action (`exec` keeps an ignored signal ignored, and resets one
+/// with a handler). Read from `/proc/self/status` (Linux); elsewhere nothing is changed.
+fn clear_ignored() {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return;
+    };
+    let Some(ignored) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    else {
+        return;
+    };
+    let flag = Arc::new(AtomicBool::new(false));
+    for bit in 0..64 {
+        if ignored & (1u64 << bit) != 0 {
+            // Refused for the signals no handler may take (and the C library's own): they
+            // stay as they are.
+            let _ = signal_hook::flag::register(bit + 1, flag.clone());
         }
     }
 }
 
-#[cfg(not(target_os = "linux"))]
 mod sigterm {
-    use nix::sys::signal::SigSet;
-    use nix::unistd::Pid;
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::{getppid, Pid};
+    use signal_hook::consts::SIGTERM;
+    use signal_hook::iterator::exfiltrator::WithOrigin;
+    use signal_hook::iterator::SignalsInfo;
 
-    /// Elsewhere the guard ignores SIGTERM (the worker sends it to the whole group).
-    pub struct Fd;
+    /// The guard's SIGTERMs (caught by a handler, so that the guard lives on), and who the
+    /// worker is.
+    pub struct Signals(SignalsInfo<WithOrigin>, Pid);
 
-    impl Fd {
-        pub fn new(_: &SigSet) -> nix::Result<Self> {
-            Ok(Fd)
+    impl Signals {
+        pub fn new() -> std::io::Result<Self> {
+            Ok(Signals(SignalsInfo::new([SIGTERM])?, getppid()))
         }
 
-        pub fn pass_on(&self, _: Pid) {}
+        /// Passes SIGTERM on to the command, unless it came from the worker: the worker
+        /// signals the whole group, so the command has it already.
+        pub fn pass_on(&mut self, command: Pid) {
+            let worker = self.1;
+            for origin in self.0.forever() {
+                let from_worker = origin
+                    .process
+                    .is_some_and(|p| i64::from(p.pid) == i64::from(worker.as_raw()));
+                if !from_worker {
+                    let _ = kill(command, Signal::SIGTERM);
+                }
+            }
+        }
     }
 }
 

@@ -173,7 +173,7 @@ fn main() -> ExitCode {
                 msg.push_str(&format!(" (database {})", connect::redact(url)));
             }
             errln!("error: {msg}");
-            ExitCode::from(if usage { 2 } else { 1 })
+            ExitCode::from(errors::interrupted_status(&e).unwrap_or(if usage { 2 } else { 1 }))
         }
     }
 }

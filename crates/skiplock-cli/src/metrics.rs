@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::output::errln;
-use crate::parse::parse_optional_duration;
+use crate::parse::optional_within;
 
 /// Bucket bounds of the `_seconds` histograms: 1 ms to 1 hour.
 const SECONDS_BUCKETS: &[f64] = &[
@@ -34,7 +34,8 @@ const UPKEEP: Duration = Duration::from_secs(5);
 pub struct Every(Option<Duration>);
 
 fn parse_every(s: &str) -> Result<Every, String> {
-    parse_optional_duration(s).map(Every)
+    // 100 ms to 1 day, or `off`.
+    optional_within::<100, 86_400>(s).map(Every)
 }
 
 #[derive(Debug, clap::Args)]

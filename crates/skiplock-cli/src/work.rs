@@ -2,16 +2,18 @@
 //! the payload on standard input; without it, the built-in kinds `noop`, `sleep` and `fail`
 //! are available (for trying the queue out).
 
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use skiplock::{JobContext, JobError, JobOptions, Registry, RunStats, Worker};
 
 use crate::connect::Target;
-use crate::errors::usage;
+use crate::errors::{usage, Interrupted};
 use crate::exec::{self, Exec};
 use crate::output::{errln, print_json};
-use crate::parse::{parse_duration, parse_optional_duration};
+use crate::parse::{optional_within, within};
 
 #[derive(Debug, Clone)]
 pub struct QueueArg(String, usize);
@@ -34,8 +36,22 @@ fn parse_queue(s: &str) -> Result<QueueArg, String> {
 #[derive(Debug, Clone, Copy)]
 pub struct Poll(Option<Duration>);
 
+/// Seconds in a day, for the bounds of the options' durations.
+const DAY: u64 = 86_400;
+
+/// The fallback poll: 10 ms to 7 days, or `off`.
 fn parse_poll(s: &str) -> Result<Poll, String> {
-    parse_optional_duration(s).map(Poll)
+    optional_within::<10, { 7 * DAY }>(s).map(Poll)
+}
+
+/// The pruning retention: 1 s to 36,500 days, or `off`.
+fn parse_retention(s: &str) -> Result<Poll, String> {
+    optional_within::<1000, { 100 * 365 * DAY }>(s).map(Poll)
+}
+
+/// The idle-connection timeout: 1 s to 7 days, or `off`.
+fn parse_idle(s: &str) -> Result<Poll, String> {
+    optional_within::<1000, { 7 * DAY }>(s).map(Poll)
 }
 
 /// A dead-tuple count, or `off`.
@@ -62,38 +78,47 @@ pub struct Args {
     /// several queues; default: default=10.
     #[arg(long = "queue", value_name = "QUEUE[=N]", value_parser = parse_queue)]
     queues: Vec<QueueArg>,
-    /// Process what is ready, then exit 0 (for a scheduled worker).
+    /// Process what is ready, then exit 0 (for a scheduled worker). Stopped by SIGINT or
+    /// SIGTERM first, it exits 130 or 143 (128 + the signal) once its running jobs are
+    /// handed back.
     #[arg(long)]
     drain: bool,
-    /// Fallback poll interval when no notification arrives, or `off`.
+    /// Fallback poll interval when no notification arrives (10ms to 7d), or `off`.
     #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5s")]
     poll_interval: Poll,
-    /// Lease per claim; renewed by heartbeats every third of it while a job runs.
-    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    /// Lease per claim (1s to 1d); renewed by heartbeats every third of it while a job runs.
+    #[arg(long, value_parser = within::<1000, DAY>, default_value = "60s")]
     lease: Duration,
     /// On SIGINT/SIGTERM, how long running jobs may finish before they are cancelled and put
     /// back in the queue. With --exec, the commands still running then get SIGTERM, and
-    /// SIGKILL 3 s later (with everything they started).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    /// SIGKILL 3 s later (with everything they started). A second SIGINT/SIGTERM stops at
+    /// once (running jobs, and commands with SIGKILL, are stopped and handed back). The
+    /// worker exits within this (plus 3 s with --exec) plus 15 s even when the database
+    /// does not answer; outcomes it could not write are logged and left to the reaper. At
+    /// most 1d.
+    #[arg(long, value_parser = within::<0, DAY>, default_value = "30s")]
     shutdown_timeout: Duration,
-    /// Wait before the first retry of a failed job; later ones double (default 10s).
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    /// Wait before the first retry of a failed job; later ones double (default 10s; 1ms to
+    /// 365d).
+    #[arg(long, value_parser = within::<1, { 365 * DAY }>, default_value = "10s")]
     retry_base: Duration,
-    /// The longest wait between retries (default 1h).
-    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    /// The longest wait between retries (default 1h; 1ms to 365d).
+    #[arg(long, value_parser = within::<1, { 365 * DAY }>, default_value = "1h")]
     retry_cap: Duration,
-    /// How often expired leases are reaped (one reaper at a time across workers).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    /// How often expired leases are reaped (one reaper at a time across workers; 100ms to
+    /// 1d).
+    #[arg(long, value_parser = within::<100, DAY>, default_value = "30s")]
     reap_interval: Duration,
-    /// Longest one job may run (then it is cancelled and retried), e.g. 10m.
-    #[arg(long, value_parser = parse_duration)]
+    /// Longest one job may run (then it is cancelled and retried), e.g. 10m (1ms to 365d).
+    #[arg(long, value_parser = within::<1, { 365 * DAY }>)]
     timeout: Option<Duration>,
     /// Prune done jobs older than this while working (hourly, one process at a time), or
-    /// `off`.
-    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "7d")]
+    /// `off` (1s to 36500d).
+    #[arg(long, value_name = "D|off", value_parser = parse_retention, default_value = "7d")]
     prune_older_than: Poll,
-    /// Close pool connections unused for this long, or `off` (the LISTEN connection stays).
-    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5m")]
+    /// Close pool connections unused for this long (1s to 7d), or `off` (the LISTEN
+    /// connection stays).
+    #[arg(long, value_name = "D|off", value_parser = parse_idle, default_value = "5m")]
     idle_timeout: Poll,
     /// Vacuum the jobs table once it has more dead tuples than this (checked every 5 s while
     /// there is work, one process at a time; needs the role to own the table, or MAINTAIN on
@@ -138,6 +163,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             let (program, rest) = cmd
                 .split_first()
                 .ok_or_else(|| usage("--exec needs a command"))?;
+            exec::check_program(program).map_err(usage)?;
             Registry::new().fallback(options, Exec::new(program.clone(), rest.to_vec()))
         }
         None => builtin(options),
@@ -159,11 +185,11 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .poll_interval(args.poll_interval.0)
         .reap_interval(args.reap_interval)
         .shutdown_timeout(
-            args.shutdown_timeout
-                + args
-                    .exec
+            args.shutdown_timeout.saturating_add(
+                args.exec
                     .as_ref()
                     .map_or(Duration::ZERO, |_| exec::TERM_GRACE),
+            ),
         )
         .prune(
             args.prune_older_than
@@ -184,19 +210,23 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     let worker = builder.build()?;
     // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get
-    // --shutdown-timeout, then go back to the queue without spending an attempt.
-    // Running commands get SIGTERM at the deadline, then SIGKILL (see `exec`).
-    let shutdown = exec::on_shutdown(
-        shutdown_signal().context("could not install the signal handlers")?,
-        args.shutdown_timeout,
-    );
+    // --shutdown-timeout, then go back to the queue without spending an attempt; a second
+    // signal stops at once. Running commands get SIGTERM at the deadline, then SIGKILL (see
+    // `exec`).
+    let (signals, first) = shutdown_signals(worker.stop_now_handle())
+        .context("could not install the signal handlers")?;
+    let shutdown = exec::on_shutdown(signals, args.shutdown_timeout);
     let stats = if args.drain {
         worker.run_until_idle_or(shutdown).await?
     } else {
         worker.run(shutdown).await?
     };
     report(&stats, args.json);
-    Ok(())
+    match first.load(Ordering::SeqCst) {
+        // A drain that a signal cut short did not drain: say so by the exit status.
+        signal if args.drain && signal != 0 => Err(Interrupted { signal }.into()),
+        _ => Ok(()),
+    }
 }
 
 fn report(s: &RunStats, json: bool) {
@@ -213,17 +243,38 @@ fn report(s: &RunStats, json: bool) {
     }
 }
 
-/// Resolves on the first SIGINT or SIGTERM.
-fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
+/// A future that resolves on the first SIGINT or SIGTERM (recording which in the returned
+/// number), after which the next one stops the worker at once through `stop_now`.
+fn shutdown_signals(
+    stop_now: skiplock::StopNow,
+) -> std::io::Result<(impl std::future::Future<Output = ()> + Send, Arc<AtomicI32>)> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-        }
-    })
+    let first = Arc::new(AtomicI32::new(0));
+    let seen = first.clone();
+    let future = async move {
+        let n = tokio::select! {
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: shutting down (a second signal stops at once)");
+                15
+            }
+            _ = int.recv() => {
+                tracing::info!("SIGINT: shutting down (a second signal stops at once)");
+                2
+            }
+        };
+        seen.store(n, Ordering::SeqCst);
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            tracing::warn!("second signal: stopping now, handing the running jobs back");
+            stop_now.stop_now();
+        });
+    };
+    Ok((future, first))
 }
 
 /// The built-in kinds, for trying the queue out without writing a handler.

@@ -450,7 +450,7 @@ async fn sigterm_during_work_hands_back_running_jobs() {
 
 /// `work --drain` stops on SIGTERM as `work` does: the running jobs go back to the queue
 /// without spending an attempt (they used to be killed with the process, holding their
-/// leases).
+/// leases); it exits 143, since it did not drain.
 #[tokio::test]
 async fn sigterm_during_drain_hands_back_running_jobs() {
     let db = migrated().await;
@@ -490,7 +490,8 @@ async fn sigterm_during_drain_hands_back_running_jobs() {
         .unwrap();
     assert!(kill.success());
     let o = child.wait_with_output().unwrap();
-    let stats = json(&ok(&o));
+    assert_eq!(o.status.code(), Some(143), "{}", err(&o));
+    let stats = json(&out(&o));
     assert_eq!(stats["requeued"], 2, "{stats}");
     assert_eq!(
         sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'queued'").await,
@@ -977,23 +978,28 @@ async fn exec_a_program_that_cannot_start_and_one_that_starts_clean() {
     let id = ok(&run(Some(&db), &["enqueue", "--max-attempts", "1", "{}"]))
         .trim()
         .to_owned();
-    let stats = json(&ok(&run(
-        Some(&db),
-        &[
-            "work",
-            "--drain",
-            "--json",
-            "--exec",
-            "/nonexistent/skiplock-job",
-        ],
-    )));
-    assert_eq!(stats["failed"], 1, "{stats}");
-    let job = json(&ok(&run(Some(&db), &["show", &id, "--json"])));
-    let e = job["last_error"].as_str().unwrap();
-    assert!(
-        e.starts_with("could not start /nonexistent/skiplock-job: No such file or directory"),
-        "{e}"
+    // Refused at start (exit 2, one line), before any job is claimed: no attempt is spent
+    // on a program that cannot run (more cases in work.rs).
+    fails(
+        &run(
+            Some(&db),
+            &[
+                "work",
+                "--drain",
+                "--json",
+                "--exec",
+                "/nonexistent/skiplock-job",
+            ],
+        ),
+        2,
+        "cannot run /nonexistent/skiplock-job: no such file",
     );
+    let job = json(&ok(&run(Some(&db), &["show", &id, "--json"])));
+    assert_eq!(
+        (job["status"].as_str(), job["attempts"].as_i64()),
+        (Some("queued"), Some(0))
+    );
+    ok(&run(Some(&db), &["delete", &id]));
     // The command starts with no standard signal blocked or ignored: the guard's own
     // handling of SIGTERM (blocked) and SIGPIPE (ignored) is not inherited. (The C
     // library's internal real-time signals may show as ignored after any spawn.)

@@ -116,6 +116,12 @@ pub enum Error {
     #[error("could not enqueue jobs: the duplicates of their unique keys kept finishing")]
     UniqueChurn,
 
+    /// One of a worker's own tasks (a queue's claim loop, the outcome writer, a background
+    /// service) panicked; the worker shut down (its jobs handed back, their outcomes
+    /// written) instead of serving on without it. The message names the task.
+    #[error("the worker stopped: {0}")]
+    TaskDied(String),
+
     /// The database returned an error through sqlx while doing `op`.
     #[cfg(feature = "sqlx-0_8")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlx-0_8")))]

@@ -91,7 +91,7 @@ pub use unique::{
 };
 #[doc(hidden)]
 pub use worker::{JobEnd, WorkerEvent};
-pub use worker::{RunStats, StatsHandle, Worker, WorkerBuilder, WorkerConfig};
+pub use worker::{RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.
 pub mod reexports {

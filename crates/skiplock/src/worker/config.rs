@@ -39,7 +39,10 @@ pub struct WorkerConfig {
     /// or a notification), never on a bare timer.
     pub reap_interval: Duration,
     /// How long shutdown waits for running jobs before cancelling them and putting them back
-    /// in the queue (default 30 s).
+    /// in the queue (default 30 s). A shutdown ends within this plus 15 s whatever the
+    /// database does: up to 5 s for the jobs to be handed back (a claim still out is then
+    /// dropped), and up to 10 s for the last outcomes to be written (those that cannot be
+    /// are logged and left to the reaper, as at a `kill -9`).
     pub shutdown_timeout: Duration,
     /// The most jobs one claim takes (default 100); a claim never takes more than the queue
     /// has free slots.
@@ -76,6 +79,8 @@ pub struct WorkerConfig {
     /// after real work. The counters and histograms of [`crate::metrics`] are recorded
     /// whatever this says.
     pub metrics_gauges_interval: Option<Duration>,
+    /// A test seam: every queue's claim loop panics at its start.
+    pub(crate) panic_in_claim_loop: bool,
 }
 
 impl WorkerConfig {
@@ -143,6 +148,22 @@ impl WorkerConfig {
                 "intervals and timeouts must be above zero (use None to turn one off)",
             ));
         }
+        let longest = [
+            ("poll interval", self.poll_interval),
+            ("reap interval", Some(self.reap_interval)),
+            ("shutdown timeout", Some(self.shutdown_timeout)),
+            ("prune interval", Some(self.prune_interval)),
+            ("idle connection timeout", self.idle_connection_timeout),
+            ("metrics gauges interval", self.metrics_gauges_interval),
+        ];
+        for (what, d) in longest {
+            if d.is_some_and(|d| d > input::MAX_DELAY) {
+                return Err(Error::invalid(
+                    what,
+                    format!("{:?} is more than 100 years", d.unwrap_or_default()),
+                ));
+            }
+        }
         if self.max_claim_batch == 0 || self.max_finish_batch == 0 {
             return Err(Error::invalid("worker", "batch sizes must be at least 1"));
         }
@@ -199,6 +220,7 @@ impl Default for WorkerConfig {
             idle_connection_timeout: Some(Self::DEFAULT_IDLE_CONNECTION_TIMEOUT),
             vacuum_threshold: Some(Self::DEFAULT_VACUUM_THRESHOLD),
             metrics_gauges_interval: None,
+            panic_in_claim_loop: false,
         }
     }
 }
@@ -291,6 +313,14 @@ impl WorkerBuilder {
     /// concurrency).
     pub fn claims_in_flight(mut self, n: usize) -> Self {
         self.cfg.claims_in_flight = Some(n);
+        self
+    }
+
+    /// For tests of the worker's own failures; never use it: every queue's claim loop
+    /// panics as it starts.
+    #[doc(hidden)]
+    pub fn panic_in_claim_loop_for_tests(mut self) -> Self {
+        self.cfg.panic_in_claim_loop = true;
         self
     }
 

@@ -74,7 +74,34 @@ pub struct Worker {
     listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     lease_us: i64,
     periodic: crate::periodic::Periodic,
+    /// Ends the shutdown's grace at once (see [`Worker::stop_now_handle`]).
+    stop_now: CancellationToken,
 }
+
+/// Makes a running worker stop at once: it stops claiming, cancels its running jobs and
+/// hands them back to the queue without spending an attempt (as at the end of
+/// [`WorkerConfig::shutdown_timeout`]), writes their outcomes and returns. For a second
+/// Ctrl-C. Get one with [`Worker::stop_now_handle`]; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct StopNow(CancellationToken);
+
+impl StopNow {
+    /// Stops the worker at once (see [`StopNow`]); does nothing once it has stopped.
+    pub fn stop_now(&self) {
+        self.0.cancel();
+    }
+}
+
+/// After the shutdown timeout, how long the producers have to hand their jobs back before
+/// they are dropped (a claim still out on a connection that does not answer): their jobs
+/// are left to the reaper, as at a `kill -9`.
+pub(crate) const HAND_BACK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// At the end of a shutdown, how long the outcomes of the last jobs may take to be written
+/// (retries included) before they are given up: those jobs are left to the reaper, as at
+/// a `kill -9`, and logged. With [`HAND_BACK_GRACE`], a shutdown ends within
+/// [`WorkerConfig::shutdown_timeout`] plus 15 s, whatever the database does.
+pub(crate) const WRITE_AT_STOP: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -154,6 +181,7 @@ impl WorkerBuilder {
             listen_config,
             lease_us,
             periodic: self.periodic,
+            stop_now: CancellationToken::new(),
         })
     }
 }
@@ -185,6 +213,11 @@ impl Worker {
         StatsHandle(self.counters.clone())
     }
 
+    /// A handle that makes this worker, once running, stop at once (see [`StopNow`]).
+    pub fn stop_now_handle(&self) -> StopNow {
+        StopNow(self.stop_now.clone())
+    }
+
     /// The worker's events from the moment of the call (see [`WorkerEvent`]), for tests
     /// that wait for something to happen instead of polling. Subscribe before
     /// [`Worker::run`] to see every event. Not part of the stable API.
@@ -200,6 +233,10 @@ impl Worker {
     ///
     /// Dropping the returned future instead stops everything abruptly, as a crash would: the
     /// jobs it held are reaped when their leases expire.
+    ///
+    /// Returns an error if one of the worker's own tasks (a queue's claim loop, the outcome
+    /// writer, a service) panicked: the worker then shuts down as above and reports it, and
+    /// does not serve on without it.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<RunStats> {
         self.run_mode(Mode::Serve, shutdown).await
     }
@@ -243,7 +280,7 @@ impl Worker {
             running: Mutex::new(HashMap::new()),
             finish_tx,
             stop_claiming: CancellationToken::new(),
-            hard_stop: CancellationToken::new(),
+            hard_stop: self.stop_now,
             stop_services: CancellationToken::new(),
             activity: AtomicU64::new(0),
             counters: self.counters,
@@ -305,44 +342,130 @@ impl Worker {
             producers.spawn(producer::run(shared.clone(), slot.clone(), mode));
         }
 
-        // Serve until the signal (or, until idle, until every producer is done).
+        // Serve until the signal (or, until idle, until every producer is done), a stop
+        // now, or the death of one of the worker's own tasks.
+        let mut died: Option<String> = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                next = producers.join_next() => {
-                    if next.is_none() {
+                () = shared.hard_stop.cancelled() => break,
+                next = producers.join_next() => match next {
+                    None => break,
+                    Some(Ok(())) => {}
+                    Some(Err(e)) => {
+                        died = Some(task_died("a queue's claim loop", &e));
                         break;
                     }
+                },
+                Some(Err(e)) = services.join_next() => {
+                    died = Some(task_died("a background service", &e));
+                    break;
+                }
+                Some(Err(e)) = completer.join_next() => {
+                    died = Some(task_died("the outcome writer", &e));
+                    break;
                 }
             }
         }
 
-        // Graceful shutdown: stop claiming, give running jobs until the deadline, then
-        // cancel them (they are handed back), and wait for the producers to wind up.
+        // Graceful shutdown: stop claiming, give running jobs until the deadline (or until a
+        // stop now), then cancel them (they are handed back), and wait for the producers to
+        // wind up.
         shared.stop_claiming.cancel();
         shared.wake_all();
         let drained = tokio::time::timeout(shared.cfg.shutdown_timeout, async {
-            while producers.join_next().await.is_some() {}
+            tokio::select! {
+                () = async { while let Some(r) = producers.join_next().await { note_death(&mut died, r); } } => {}
+                () = shared.hard_stop.cancelled() => {}
+            }
         })
         .await;
-        if drained.is_err() {
-            tracing::warn!(
-                running = shared.running().len(),
-                "shutdown deadline reached: cancelling running jobs and handing them back"
-            );
+        if drained.is_err() || !producers.is_empty() {
+            if drained.is_err() {
+                tracing::warn!(
+                    running = shared.running().len(),
+                    "shutdown deadline reached: cancelling running jobs and handing them back"
+                );
+            } else {
+                tracing::warn!(
+                    running = shared.running().len(),
+                    "stopping now: cancelling running jobs and handing them back"
+                );
+            }
             shared.hard_stop.cancel();
-            while producers.join_next().await.is_some() {}
+            let handed = tokio::time::timeout(HAND_BACK_GRACE, async {
+                while let Some(r) = producers.join_next().await {
+                    note_death(&mut died, r);
+                }
+            })
+            .await;
+            if handed.is_err() {
+                tracing::error!(
+                    running = shared.running().len(),
+                    "claims still out after the shutdown timeout (the database does not answer): \
+                     dropping them; their jobs will be reaped when their leases expire"
+                );
+                producers.abort_all();
+                while producers.join_next().await.is_some() {}
+            }
         }
 
         // Every outcome is in the channel now: let the completer write them, then stop.
         shared.stop_services.cancel();
-        while completer.join_next().await.is_some() {}
+        let written = tokio::time::timeout(WRITE_AT_STOP, async {
+            while let Some(r) = completer.join_next().await {
+                note_death(&mut died, r);
+            }
+        })
+        .await;
+        if written.is_err() {
+            completer.abort_all();
+            while completer.join_next().await.is_some() {}
+        }
+        let unwritten = shared.finish_tx.pending_jobs();
+        if !unwritten.is_empty() {
+            tracing::error!(
+                jobs = unwritten.len(),
+                ids = ?unwritten.iter().map(|(id, _)| id.0).collect::<Vec<_>>(),
+                "could not write these job outcomes before stopping; their leases will expire \
+                 and the reaper will retry them"
+            );
+        }
         services.abort_all();
-        while services.join_next().await.is_some() {}
+        while let Some(r) = services.join_next().await {
+            if !matches!(&r, Err(e) if e.is_cancelled()) {
+                note_death(&mut died, r);
+            }
+        }
+        if let Some(what) = died {
+            let stats = shared.counters.snapshot();
+            tracing::error!(?stats, "worker stopped: {what}");
+            return Err(Error::TaskDied(what));
+        }
         let stats = shared.counters.snapshot();
         tracing::info!(?stats, "worker stopped");
         Ok(stats)
+    }
+}
+
+/// The words for a task of the worker that ended abnormally (`e`: a panic or an abort).
+fn task_died(what: &str, e: &tokio::task::JoinError) -> String {
+    let why = if e.is_panic() {
+        "panicked"
+    } else {
+        "was cancelled"
+    };
+    let msg = format!("{what} {why}");
+    tracing::error!(error = %e, "{msg}; the worker shuts down");
+    msg
+}
+
+/// Records the first abnormal end of a task while shutting down.
+fn note_death(died: &mut Option<String>, r: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(e) = r {
+        let what = task_died("a task of the worker", &e);
+        died.get_or_insert(what);
     }
 }
 

@@ -45,6 +45,12 @@ pub(crate) enum Mode {
 type Claimed = (u32, OwnedSemaphorePermit, Result<Vec<ClaimedJob>, Error>);
 
 pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
+    // The test seam of `WorkerBuilder::panic_in_claim_loop_for_tests`.
+    assert!(
+        !shared.cfg.panic_in_claim_loop,
+        "queue {}: the claim loop panics, as a test asked",
+        slot.name
+    );
     let mut jobs: JoinSet<()> = JoinSet::new();
     let mut claims: JoinSet<Claimed> = JoinSet::new();
     let mut lookup = Lookup::default();

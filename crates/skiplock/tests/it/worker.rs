@@ -1021,4 +1021,66 @@ async fn with_the_poll_off_a_worker_reaps_at_start_and_when_a_lease_it_read_ends
     assert_eq!((row.state, row.attempts), (JobState::Done, 2));
     stop.send(()).unwrap();
     handle.await.unwrap();
+
+/// A worker whose queue loop dies (a panic) does not serve on, nor end as if all went well:
+/// it shuts down and `run` returns the error (the command then exits non-zero).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_loop_that_panics_ends_the_worker_with_an_error() {
+    let b = setup().await;
+    let registry = Registry::new().register_handler("k", JobOptions::default(), |_p, _c| async {
+        Ok::<(), JobError>(())
+    });
+    let worker = Worker::builder(b.client.clone(), registry)
+        .queue("default", 1)
+        .panic_in_claim_loop_for_tests()
+        .build()
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(30), worker.run(std::future::pending()))
+        .await
+        .expect("the worker served on without its claim loop");
+    let e = r.expect_err("a worker whose claim loop panicked returned its counts");
+    assert!(matches!(e, skiplock::Error::TaskDied(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "the worker stopped: a queue's claim loop panicked"
+    );
+}
+
+/// Durations the worker could not keep (an instant past the clock's end) are refused by the
+/// builder, not met with a panic later.
+#[tokio::test]
+async fn the_builder_refuses_unbounded_durations() {
+    let b = setup().await;
+    let huge = Duration::from_secs(u64::MAX);
+    let builders: Vec<(&str, skiplock::WorkerBuilder)> = vec![
+        (
+            "poll interval",
+            Worker::builder(b.client.clone(), Registry::new()).poll_interval(Some(huge)),
+        ),
+        (
+            "reap interval",
+            Worker::builder(b.client.clone(), Registry::new()).reap_interval(huge),
+        ),
+        (
+            "shutdown timeout",
+            Worker::builder(b.client.clone(), Registry::new()).shutdown_timeout(huge),
+        ),
+        (
+            "prune interval",
+            Worker::builder(b.client.clone(), Registry::new()).prune_interval(huge),
+        ),
+        (
+            "idle connection timeout",
+            Worker::builder(b.client.clone(), Registry::new()).idle_connection_timeout(Some(huge)),
+        ),
+        (
+            "metrics gauges interval",
+            Worker::builder(b.client.clone(), Registry::new()).metrics_gauges_interval(Some(huge)),
+        ),
+    ];
+    for (what, builder) in builders {
+        let e = builder.queue("default", 1).build().unwrap_err();
+        assert!(e.is_invalid_input(), "{what}: {e}");
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
 }
