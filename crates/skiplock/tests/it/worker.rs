@@ -1021,6 +1021,7 @@ async fn with_the_poll_off_a_worker_reaps_at_start_and_when_a_lease_it_read_ends
     assert_eq!((row.state, row.attempts), (JobState::Done, 2));
     stop.send(()).unwrap();
     handle.await.unwrap();
+}
 
 /// A worker whose queue loop dies (a panic) does not serve on, nor end as if all went well:
 /// it shuts down and `run` returns the error (the command then exits non-zero).
