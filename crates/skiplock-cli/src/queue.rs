@@ -2,7 +2,7 @@
 //! that queue on the database and schema, in every process.
 
 use crate::connect::{redact, Target};
-use crate::errors::schema_hint;
+use crate::errors::{schema_hint, usage};
 use crate::output::{outln, print_json, time};
 
 #[derive(Debug, clap::Args)]
@@ -22,10 +22,16 @@ enum Action {
     },
     /// Pause a queue for EVERY worker of it on this database and schema, in every process
     /// and deployment (not only one): none claims from it until it is resumed. Running jobs
-    /// finish; new jobs wait. Workers started meanwhile stay paused.
+    /// finish; new jobs wait. Workers started meanwhile stay paused. A queue that no queued
+    /// or running job names and that was never paused is refused (most often a typo) unless
+    /// --create is given.
     Pause {
         /// The queue.
         name: String,
+        /// Pause the queue even if no queued or running job names it and it was never paused
+        /// (to pause a queue before its first job arrives).
+        #[arg(long)]
+        create: bool,
         /// Who pauses it, and why, recorded for whoever finds it paused (default: the user
         /// and host running this command).
         #[arg(long)]
@@ -92,7 +98,19 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Action::Pause { name, by, json } => {
+        Action::Pause {
+            name,
+            by,
+            create,
+            json,
+        } => {
+            if !create && !client.queue_known(&name).await.map_err(hint)? {
+                return Err(usage(format!(
+                    "queue {name} is unknown: no queued or running job names it and it was \
+                     never paused; check the name (`skiplock queue list`), or pass --create to \
+                     pause it before its first job"
+                )));
+            }
             let by = by.unwrap_or_else(default_by);
             let p = client.pause_queue(&name, Some(&by)).await.map_err(hint)?;
             let state = client
