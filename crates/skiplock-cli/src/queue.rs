@@ -3,7 +3,7 @@
 
 use crate::connect::{redact, Target};
 use crate::errors::{schema_hint, usage};
-use crate::output::{outln, print_json, time};
+use crate::output::{errln, outln, print_json, time};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -184,4 +184,31 @@ fn default_by() -> String {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown host".to_owned());
     format!("{user} on {host} (skiplock queue pause)")
+}
+
+/// Says on standard error which of `queues` are paused, with the jobs that wait for the
+/// resume: a draining worker claims nothing from a paused queue, and its "0 claimed" must not
+/// read as an empty queue. A failure to read the pauses is said too, never fatal.
+pub async fn say_paused(client: &skiplock::Client, queues: &[String]) {
+    let states = match client.queues().await {
+        Ok(s) => s,
+        Err(e) => {
+            errln!("warning: could not read which queues are paused: {e}");
+            return;
+        }
+    };
+    for q in states
+        .iter()
+        .filter(|q| q.paused && queues.contains(&q.queue))
+    {
+        errln!(
+            "queue {} is PAUSED (since {} by {}): no worker claims from it; its {} queued \
+             job(s) wait for `skiplock queue resume {}`",
+            q.queue,
+            time(q.paused_at),
+            q.paused_by.as_deref().unwrap_or("-"),
+            q.queued,
+            q.queue
+        );
+    }
 }
