@@ -180,3 +180,58 @@ async fn an_unreachable_database_is_a_clear_error() {
     assert!(matches!(err, Error::Pool { .. }), "{err}");
     assert!(err.to_string().contains("enqueue a job"));
 }
+
+/// `Client::queue_known` (what `skiplock queue pause` asks before pausing): a queue is known
+/// when a `queues` row or a queued or running job names it, read by index probes only, so
+/// that the answer costs the same on a table of finished history; a bad name is refused
+/// before any SQL.
+#[tokio::test]
+async fn a_queue_is_known_by_its_queues_row_or_a_live_job_through_index_probes() {
+    let b = setup().await;
+    assert!(!b.client.queue_known("mail").await.unwrap());
+    assert_invalid(
+        b.client.queue_known("bad queue").await.unwrap_err(),
+        "queue name",
+    );
+    b.client
+        .enqueue(&NewJob::new("k", &1).queue("mail"))
+        .await
+        .unwrap();
+    assert!(b.client.queue_known("mail").await.unwrap());
+    let claimed = b
+        .client
+        .claim("mail", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(b.client.queue_known("mail").await.unwrap(), "running");
+    b.client.pause_queue("paused-only", None).await.unwrap();
+    assert!(b.client.queue_known("paused-only").await.unwrap());
+    assert!(!b.client.queue_known("typo").await.unwrap());
+
+    // 20,000 finished rows of another queue, analyzed: the probe scans no table.
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (queue, kind, payload, status, attempts, finished_at) \
+             SELECT 'history', 'k', '{}'::jsonb, 'done', 1, now() \
+             FROM generate_series(1, 20000); ANALYZE jobs",
+        )
+        .await
+        .unwrap();
+    let sql = b
+        .client
+        .statement(skiplock::Statement::QueueKnown)
+        .to_owned();
+    let rows = b
+        .raw
+        .query(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), &[&"typo"])
+        .await
+        .unwrap();
+    let plan: serde_json::Value = rows[0].get(0);
+    let text = plan.to_string();
+    assert!(!text.contains("Seq Scan"), "{plan:#}");
+    assert!(
+        text.contains("jobs_ready_idx") && text.contains("jobs_lease_idx"),
+        "{plan:#}"
+    );
+}
