@@ -235,3 +235,35 @@ async fn a_queue_is_known_by_its_queues_row_or_a_live_job_through_index_probes()
         "{plan:#}"
     );
 }
+
+/// A refused worker setting or payload says what to do in plain words, naming no Rust item
+/// (`None`, `ClientBuilder::…`), so that it reads right from the command too.
+#[tokio::test]
+async fn refusals_name_no_rust_item() {
+    let client = Client::connect(NOWHERE).unwrap();
+    let registry = skiplock::Registry::new;
+    let worker = |b: skiplock::WorkerBuilder| b.queue("default", 1).build().err().unwrap();
+    for err in [
+        worker(skiplock::Worker::builder(client.clone(), registry()).vacuum_threshold(Some(0))),
+        worker(
+            skiplock::Worker::builder(client.clone(), registry())
+                .poll_interval(Some(Duration::ZERO)),
+        ),
+        worker(skiplock::Worker::builder(client.clone(), registry()).claims_in_flight(0)),
+        client
+            .enqueue(&NewJob::new("k", &"x".repeat(2 * 1024 * 1024)))
+            .await
+            .unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(err.is_invalid_input(), "{text}");
+        assert!(
+            !text.contains("None") && !text.contains("::") && !text.contains("Some("),
+            "{text}"
+        );
+        assert!(
+            text.contains("unset") || text.contains("reference"),
+            "{text}"
+        );
+    }
+}
