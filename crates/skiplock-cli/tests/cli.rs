@@ -1525,3 +1525,106 @@ fn the_embedded_database_keeps_its_port_and_refuses_an_unknown_schema() {
     ok(&with_home(&["pg", "stop"]));
     assert_eq!(ok(&with_home(&["pg", "url"])).trim(), moved);
 }
+
+/// The case-by-case bad-input table of docs/RELIABILITY.md, run as written: every command
+/// refuses its row with the exit status shown and one `error:` line naming the text shown,
+/// every `sql:` row fails with its SQLSTATE and text, nothing panics, and nothing refused is
+/// written.
+#[tokio::test]
+async fn every_case_of_the_bad_input_table_is_refused_with_one_line() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/RELIABILITY.md"
+    ))
+    .unwrap();
+    let section = doc
+        .split("### Every command and SQL function, case by case")
+        .nth(1)
+        .expect("the table's heading");
+    let section = section.split("\n#").next().unwrap();
+    let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+    let rows: Vec<(u32, String, i64, String)> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| #"))
+        .map(|l| {
+            let c: Vec<&str> = l.split('|').collect();
+            assert_eq!(c.len(), 6, "{l}");
+            (
+                c[1].trim().parse().unwrap(),
+                cell(c[2]),
+                c[3].trim().parse().unwrap(),
+                cell(c[4]),
+            )
+        })
+        .collect();
+    // With the 30 rows of the table above it, at least 150 cases.
+    assert!(rows.len() + 30 >= 150, "{} rows", rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.0 as usize, 31 + i, "rows are numbered in order");
+    }
+
+    let db = migrated().await;
+    let sql = db.connect().await.unwrap();
+    sql.batch_execute(&format!("SET search_path TO \"{}\"", db.schema()))
+        .await
+        .unwrap();
+    let mut failures = Vec::new();
+    for (n, input, code, needle) in &rows {
+        if let Some(statement) = input.strip_prefix("sql: ") {
+            let Err(e) = sql.batch_execute(statement).await else {
+                failures.push(format!("row {n}: {statement} was accepted"));
+                continue;
+            };
+            let Some(db_err) = e.as_db_error() else {
+                failures.push(format!("row {n}: {e}"));
+                continue;
+            };
+            if db_err.code().code() != code.to_string()
+                || !db_err.message().contains(needle.as_str())
+                || db_err.message().contains('\n')
+            {
+                failures.push(format!(
+                    "row {n}: {} {:?}, not {code} naming {needle:?}",
+                    db_err.code().code(),
+                    db_err.message()
+                ));
+            }
+            continue;
+        }
+        let Some(args) = shlex::split(input) else {
+            failures.push(format!("row {n}: {input} does not split into arguments"));
+            continue;
+        };
+        let mut c = cmd(None, &[]);
+        if args[0] == "--database-url" {
+            // Its own URL; the default schema.
+        } else if args[0] == "--schema" {
+            c.args(["--database-url", db.url()]);
+        } else {
+            c.args(["--database-url", db.url(), "--schema", db.schema()]);
+        }
+        let o = c.args(&args).stdin(Stdio::null()).output().unwrap();
+        let e = err(&o);
+        let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+        if o.status.code() != Some(*code as i32)
+            || lines.len() != 1
+            || !lines[0].starts_with("error: ")
+            || !lines[0].contains(needle.as_str())
+            || e.contains("panicked")
+        {
+            failures.push(format!(
+                "row {n}: {input}: exit {:?}, not {code} with one line naming {needle:?}: {e:?}",
+                o.status.code()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for table in ["jobs", "schedules", "queues"] {
+        let n: i64 = sql
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "nothing refused was written to {table}");
+    }
+}
