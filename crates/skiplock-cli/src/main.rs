@@ -33,16 +33,17 @@ use crate::output::{errln, outln, QuietStderr};
 ///
 /// The database is --database-url, else DATABASE_URL, else a private local PostgreSQL kept in
 /// ./.skiplock (or $SKIPLOCK_HOME), created and started on first use from the local server
-/// binaries. Exit status: 0 success, 1 a database or runtime error, 2 a usage error or input
+/// binaries, and restarted on the port it had. Exit status: 0 success, 1 a database or runtime error, 2 a usage error or input
 /// that was refused.
 #[derive(Debug, Parser)]
 #[command(name = "skiplock", version, propagate_version = true)]
 struct Cli {
-    /// PostgreSQL connection URL (postgres://user@host:port/db).
+    /// PostgreSQL connection URL (postgres://user@host:port/db); an empty one is refused.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
 
-    /// Schema holding the queue's tables.
+    /// Schema holding the queue's tables. Only `migrate` creates one (on the embedded
+    /// database, the default schema migrates itself on first use).
     #[arg(long, global = true, default_value = skiplock::DEFAULT_SCHEMA)]
     schema: String,
 
