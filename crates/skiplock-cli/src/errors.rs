@@ -98,11 +98,16 @@ pub fn clap_one_line(e: &clap::Error) -> String {
     if parts.is_empty() {
         return "invalid arguments".to_owned();
     }
-    // "…were not provided:" is followed by the arguments it names.
+    // "…were not provided:" is followed by the arguments it names, an invalid value by
+    // "[possible values: …]", other messages by a "tip: …".
     let mut msg = String::new();
     for p in parts {
         if !msg.is_empty() {
-            msg.push_str(if msg.ends_with(':') { " " } else { "; " });
+            msg.push_str(if msg.ends_with(':') || p.starts_with('[') {
+                " "
+            } else {
+                "; "
+            });
         }
         msg.push_str(p);
     }
