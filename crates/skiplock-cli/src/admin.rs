@@ -173,17 +173,30 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
     else {
         return Err(anyhow::anyhow!("no job {id} in schema {}", target.schema));
     };
-    let payload: serde_json::Value =
-        serde_json::from_str(&j.payload).unwrap_or(serde_json::Value::String(j.payload.clone()));
+    // The payload as PostgreSQL returned its text: numbers exactly as stored (parsing it into
+    // a JSON value would round 1.0000000000000001 and numbers past 64 bits).
+    let payload = serde_json::value::RawValue::from_string(j.payload.clone())
+        .unwrap_or_else(|_| raw_string(&j.payload));
     if args.json {
-        print_json(&serde_json::json!({
-            "id": j.id.0, "queue": j.queue, "kind": j.kind, "status": j.state.as_str(),
-            "priority": j.priority, "attempts": j.attempts, "max_attempts": j.max_attempts,
-            "run_at": time(Some(j.run_at)), "created_at": time(Some(j.created_at)),
-            "locked_until": j.locked_until.map(|t| time(Some(t))),
-            "finished_at": j.finished_at.map(|t| time(Some(t))),
-            "last_error": j.last_error, "payload": payload,
-        }));
+        let job = ShowJson {
+            id: j.id.0,
+            queue: &j.queue,
+            kind: &j.kind,
+            status: j.state.as_str(),
+            priority: j.priority,
+            attempts: j.attempts,
+            max_attempts: j.max_attempts,
+            run_at: time(Some(j.run_at)),
+            created_at: time(Some(j.created_at)),
+            locked_until: j.locked_until.map(|t| time(Some(t))),
+            finished_at: j.finished_at.map(|t| time(Some(t))),
+            last_error: j.last_error.as_deref(),
+            payload: &payload,
+        };
+        match serde_json::to_string(&job) {
+            Ok(line) => outln!("{line}"),
+            Err(e) => return Err(anyhow::anyhow!("could not print job {id} as JSON: {e}")),
+        }
     } else {
         outln!("id           {}", j.id);
         outln!("queue        {}", j.queue);
@@ -196,7 +209,33 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
         outln!("locked_until {}", time(j.locked_until));
         outln!("finished_at  {}", time(j.finished_at));
         outln!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
-        outln!("payload      {payload}");
+        outln!("payload      {}", payload.get());
     }
     Ok(())
+}
+
+/// `skiplock show --json`: the job, its payload as stored.
+#[derive(serde::Serialize)]
+struct ShowJson<'a> {
+    id: i64,
+    queue: &'a str,
+    kind: &'a str,
+    status: &'a str,
+    priority: i16,
+    attempts: i32,
+    max_attempts: i32,
+    run_at: String,
+    created_at: String,
+    locked_until: Option<String>,
+    finished_at: Option<String>,
+    last_error: Option<&'a str>,
+    payload: &'a serde_json::value::RawValue,
+}
+
+/// A text that is not JSON, as a JSON string (never expected: PostgreSQL returns its jsonb
+/// as JSON text).
+fn raw_string(text: &str) -> Box<serde_json::value::RawValue> {
+    let quoted = serde_json::Value::String(text.to_owned()).to_string();
+    serde_json::value::RawValue::from_string(quoted)
+        .unwrap_or_else(|_| Box::<serde_json::value::RawValue>::default())
 }

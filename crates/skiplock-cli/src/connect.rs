@@ -4,6 +4,7 @@ use anyhow::Context as _;
 use skiplock::Client;
 
 use crate::database;
+use crate::errors::usage;
 
 /// The database and schema a command works on.
 pub struct Target {
@@ -14,9 +15,14 @@ pub struct Target {
 
 impl Target {
     /// The URL: the given one, or the embedded default's (created, started and migrated on
-    /// first use).
+    /// first use). An empty one (`--database-url ''`, `DATABASE_URL=` set but empty) is
+    /// refused: it is a mistake, never a request for the embedded database.
     pub async fn url(&self) -> anyhow::Result<String> {
-        match self.url.as_deref().filter(|u| !u.trim().is_empty()) {
+        match self.url.as_deref() {
+            Some(u) if u.trim().is_empty() => Err(usage(
+                "the database URL is empty (--database-url or DATABASE_URL); give a \
+                 postgres:// URL, or leave both unset for the embedded database",
+            )),
             Some(u) => Ok(u.to_owned()),
             None => {
                 let url = tokio::task::spawn_blocking(|| database::resolve(None))
@@ -57,8 +63,8 @@ impl Target {
         auto_migrate: bool,
         prepared: bool,
     ) -> anyhow::Result<Client> {
-        let embedded = auto_migrate && self.url.as_deref().is_none_or(|u| u.trim().is_empty());
         let url = self.url().await?;
+        let embedded = self.url.is_none();
         let client = Client::builder(url)
             .schema(&self.schema)
             .pool_size(pool_size.max(1))
@@ -66,11 +72,26 @@ impl Target {
             .server_timeouts(self.server_timeouts.then(skiplock::ServerTimeouts::default))
             .prepared_statements(prepared)
             .build()?;
-        if embedded {
-            client.migrate().await?;
+        // On the embedded default, the default schema migrates itself on first use (so that a
+        // new user can start with any command); any other schema must exist already, so that
+        // a typo in --schema creates nothing. `migrate` alone creates a schema.
+        if embedded && auto_migrate {
+            if self.schema == skiplock::DEFAULT_SCHEMA {
+                client.migrate().await?;
+            } else if !client.is_migrated().await? {
+                return Err(missing_schema(&self.schema));
+            }
         }
         Ok(client)
     }
+}
+
+/// The refusal of a schema that does not exist (exit status 2), naming `migrate`.
+pub fn missing_schema(schema: &str) -> anyhow::Error {
+    usage(format!(
+        "schema {schema} has no skiplock tables; run `skiplock --schema {schema} migrate` first \
+         (only migrate creates a schema)"
+    ))
 }
 
 /// The URL with its password hidden.

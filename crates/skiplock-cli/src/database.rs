@@ -60,8 +60,9 @@ impl Home {
                 )
             })?;
         }
-        let port = cluster
-            .start(&StartOptions {
+        // The port it had before, so that URLs handed out before a stop keep working.
+        let (port, moved_from) = cluster
+            .start_on_last_port(&StartOptions {
                 port: None,
                 unsafe_fast: false,
                 settings: vec![("max_connections".into(), "200".into())],
@@ -72,6 +73,14 @@ impl Home {
                     self.dir.display()
                 )
             })?;
+        if let Some(old) = moved_from {
+            errln!(
+                "warning: port {old} of the embedded database in {} is taken by another \
+                 program; it now listens on port {port}: update DATABASE_URL (skiplock pg url) \
+                 and restart workers and dashboards that use the old URL",
+                self.dir.display()
+            );
+        }
         Ok(LocalCluster::url(port, "postgres"))
     }
 

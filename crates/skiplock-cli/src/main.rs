@@ -33,16 +33,17 @@ use crate::output::{errln, outln, QuietStderr};
 ///
 /// The database is --database-url, else DATABASE_URL, else a private local PostgreSQL kept in
 /// ./.skiplock (or $SKIPLOCK_HOME), created and started on first use from the local server
-/// binaries. Exit status: 0 success, 1 a database or runtime error, 2 a usage error or input
+/// binaries, and restarted on the port it had. Exit status: 0 success, 1 a database or runtime error, 2 a usage error or input
 /// that was refused.
 #[derive(Debug, Parser)]
 #[command(name = "skiplock", version, propagate_version = true)]
 struct Cli {
-    /// PostgreSQL connection URL (postgres://user@host:port/db).
+    /// PostgreSQL connection URL (postgres://user@host:port/db); an empty one is refused.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
 
-    /// Schema holding the queue's tables.
+    /// Schema holding the queue's tables. Only `migrate` creates one (on the embedded
+    /// database, the default schema migrates itself on first use).
     #[arg(long, global = true, default_value = skiplock::DEFAULT_SCHEMA)]
     schema: String,
 
@@ -162,13 +163,18 @@ fn main() -> ExitCode {
     let result = rt.block_on(run(cli));
     // No command started by `work --exec` outlives the worker.
     exec::kill_all();
+    // Output that could not be written (a full disk) fails the command, whatever it did.
+    let result = match (result, output::stdout_failure()) {
+        (Ok(()), Some(w)) => Err(anyhow::Error::new(w).context("could not write the output")),
+        (result, _) => result,
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let usage = errors::is_usage(&e);
             let reaching_db = errors::is_reaching_db(&e);
             // One line: the whole cause chain, with the database's multi-line reports folded.
-            let mut msg = format!("{e:#}").replace('\n', " ");
+            let mut msg = errors::one_line(&e);
             if let (true, Some(url)) = (reaching_db, url_for_errors.as_deref()) {
                 msg.push_str(&format!(" (database {})", connect::redact(url)));
             }
@@ -187,27 +193,31 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     ) {
-        let _ = e.print();
+        let failure = e.print().err().or_else(output::stdout_failure);
+        if let Some(w) = failure.filter(|w| w.kind() != std::io::ErrorKind::BrokenPipe) {
+            errln!("error: could not write the output: {w}");
+            return ExitCode::FAILURE;
+        }
         return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
             ExitCode::from(2)
         } else {
             ExitCode::SUCCESS
         };
     }
-    let text = e.render().to_string();
-    let first = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("invalid arguments")
-        .trim();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    errln!("error: {first} (see --help)");
+    errln!("error: {} (see --help)", errors::clap_one_line(e));
     ExitCode::from(2)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // DATABASE_URL set but empty is refused, as `--database-url ''` is (clap reads an empty
+    // variable as unset).
+    let url = cli.database_url.or_else(|| {
+        std::env::var_os("DATABASE_URL")
+            .filter(|v| v.is_empty())
+            .map(|_| String::new())
+    });
     let target = connect::Target {
-        url: cli.database_url,
+        url,
         schema: cli.schema,
         server_timeouts: !cli.no_server_timeouts,
     };

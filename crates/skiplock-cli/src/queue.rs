@@ -2,8 +2,8 @@
 //! that queue on the database and schema, in every process.
 
 use crate::connect::{redact, Target};
-use crate::errors::schema_hint;
-use crate::output::{outln, print_json, time};
+use crate::errors::{schema_hint, usage};
+use crate::output::{errln, outln, print_json, time};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,10 +22,16 @@ enum Action {
     },
     /// Pause a queue for EVERY worker of it on this database and schema, in every process
     /// and deployment (not only one): none claims from it until it is resumed. Running jobs
-    /// finish; new jobs wait. Workers started meanwhile stay paused.
+    /// finish; new jobs wait. Workers started meanwhile stay paused. A queue that no queued
+    /// or running job names and that was never paused is refused (most often a typo) unless
+    /// --create is given.
     Pause {
         /// The queue.
         name: String,
+        /// Pause the queue even if no queued or running job names it and it was never paused
+        /// (to pause a queue before its first job arrives).
+        #[arg(long)]
+        create: bool,
         /// Who pauses it, and why, recorded for whoever finds it paused (default: the user
         /// and host running this command).
         #[arg(long)]
@@ -92,7 +98,19 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Action::Pause { name, by, json } => {
+        Action::Pause {
+            name,
+            by,
+            create,
+            json,
+        } => {
+            if !create && !client.queue_known(&name).await.map_err(hint)? {
+                return Err(usage(format!(
+                    "queue {name} is unknown: no queued or running job names it and it was \
+                     never paused; check the name (`skiplock queue list`), or pass --create to \
+                     pause it before its first job"
+                )));
+            }
             let by = by.unwrap_or_else(default_by);
             let p = client.pause_queue(&name, Some(&by)).await.map_err(hint)?;
             let state = client
@@ -166,4 +184,31 @@ fn default_by() -> String {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown host".to_owned());
     format!("{user} on {host} (skiplock queue pause)")
+}
+
+/// Says on standard error which of `queues` are paused, with the jobs that wait for the
+/// resume: a draining worker claims nothing from a paused queue, and its "0 claimed" must not
+/// read as an empty queue. A failure to read the pauses is said too, never fatal.
+pub async fn say_paused(client: &skiplock::Client, queues: &[String]) {
+    let states = match client.queues().await {
+        Ok(s) => s,
+        Err(e) => {
+            errln!("warning: could not read which queues are paused: {e}");
+            return;
+        }
+    };
+    for q in states
+        .iter()
+        .filter(|q| q.paused && queues.contains(&q.queue))
+    {
+        errln!(
+            "queue {} is PAUSED (since {} by {}): no worker claims from it; its {} queued \
+             job(s) wait for `skiplock queue resume {}`",
+            q.queue,
+            time(q.paused_at),
+            q.paused_by.as_deref().unwrap_or("-"),
+            q.queued,
+            q.queue
+        );
+    }
 }

@@ -179,6 +179,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .await?;
     crate::database::wait_reachable(&client).await?;
     args.metrics.start().await?;
+    let drained = args.drain.then(|| client.clone());
     let mut builder = Worker::builder(client, registry)
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)
@@ -222,6 +223,10 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         worker.run(shutdown).await?
     };
     report(&stats, args.json);
+    if let Some(client) = drained {
+        let names: Vec<String> = queues.iter().map(|q| q.0.clone()).collect();
+        crate::queue::say_paused(&client, &names).await;
+    }
     match first.load(Ordering::SeqCst) {
         // A drain that a signal cut short did not drain: say so by the exit status.
         signal if args.drain && signal != 0 => Err(Interrupted { signal }.into()),

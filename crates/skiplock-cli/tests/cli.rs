@@ -258,7 +258,7 @@ async fn bad_input_is_refused_with_one_line_and_nothing_changes() {
     );
     fails(
         &o,
-        1,
+        2,
         "run `skiplock --schema never_migrated migrate` first",
     );
     let o = run(
@@ -1224,4 +1224,413 @@ async fn enqueue_with_a_uniqueness_rule_says_inserted_or_duplicate() {
         "{e}"
     );
     assert!(!e.contains("panicked"), "{e}");
+}
+
+/// Output that cannot be written (a full disk) fails the command: exit 1 and one line, for
+/// every command that prints; a reader that went away (a closed pipe) is not such a failure.
+#[tokio::test]
+async fn output_that_cannot_be_written_fails_the_command() {
+    let db = migrated().await;
+    let id = ok(&run(Some(&db), &["enqueue", "{}"])).trim().to_owned();
+    for args in [
+        vec!["stats"],
+        vec!["stats", "--json"],
+        vec!["show", &id],
+        vec!["show", &id, "--json"],
+        vec!["queue", "list"],
+        vec!["queue", "list", "--json"],
+        vec!["enqueue", "{}"],
+        vec!["reap"],
+        vec!["prune", "--json"],
+        vec!["schedule", "list"],
+        vec!["migrate"],
+        vec!["--help"],
+        vec!["stats", "--help"],
+        vec!["--version"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let o = cmd(Some(&db), &args).stdout(full).output().unwrap();
+        fails(&o, 1, "could not write the output");
+        assert!(err(&o).contains("No space left on device"), "{}", err(&o));
+    }
+}
+
+/// A usage error keeps what clap names: the missing argument, the allowed values, the
+/// suggestion, on one line.
+#[test]
+fn usage_errors_name_the_argument_and_the_allowed_values() {
+    for (args, needles) in [
+        (vec!["show"], vec!["required", "<ID>"]),
+        (vec!["queue", "pause"], vec!["required", "<NAME>"]),
+        (vec!["schedule", "add", "x"], vec!["--cron"]),
+        (
+            vec!["lab", "nope"],
+            vec!["invalid value 'nope'", "possible values", "skip-locked"],
+        ),
+        (
+            vec!["bench", "zzz"],
+            vec!["possible values", "throughput", "footprint"],
+        ),
+        (
+            vec!["stats", "--jsn"],
+            vec!["'--jsn'", "similar", "'--json'"],
+        ),
+        (
+            vec!["enqueue", "--max-attempts"],
+            vec!["a value is required", "--max-attempts"],
+        ),
+        (
+            vec!["frobnicate"],
+            vec!["unrecognized subcommand", "frobnicate"],
+        ),
+    ] {
+        let o = run(None, &args);
+        let e = err(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        for n in needles {
+            assert!(e.contains(n), "{args:?}: {n:?} not in {e:?}");
+        }
+        assert!(e.ends_with("(see --help)\n"), "{e:?}");
+    }
+}
+
+/// Messages say each cause once and name no Rust item.
+#[tokio::test]
+async fn messages_say_each_cause_once_and_name_no_rust_item() {
+    let db = migrated().await;
+    let o = run(
+        None,
+        &[
+            "--database-url",
+            "postgres://app@127.0.0.1:1/db?connect_timeout=2",
+            "stats",
+        ],
+    );
+    fails(&o, 1, "could not get a database connection");
+    assert_eq!(
+        err(&o).matches("error connecting to server").count(),
+        1,
+        "{}",
+        err(&o)
+    );
+    assert_eq!(
+        err(&o).matches("Connection refused").count(),
+        1,
+        "{}",
+        err(&o)
+    );
+    let big = format!("\"{}\"\n", "x".repeat(1024 * 1024 + 1));
+    let o = run_stdin(&db, &["enqueue"], big.as_bytes());
+    fails(&o, 2, "the limit is 1048576");
+    assert!(
+        !err(&o).contains("::") && !err(&o).contains("None"),
+        "{}",
+        err(&o)
+    );
+}
+
+/// `show`, `stats` and `queue list` print any run_at that SQL `enqueue()` accepts (before
+/// 1970, after 9999, BC), and `show` prints payload numbers exactly as stored.
+#[tokio::test]
+async fn show_and_the_printers_cope_with_any_run_at_and_keep_numbers_exact() {
+    let db = migrated().await;
+    let c = db.connect().await.unwrap();
+    let s = db.schema();
+    let mut ids = Vec::new();
+    for at in [
+        "1900-01-01",
+        "12000-06-01",
+        "4000-01-01 BC",
+        "1969-12-31 23:59:59",
+    ] {
+        let id: i64 = c
+            .query_one(
+                &format!(
+                    "SELECT \"{s}\".enqueue('q', '{{\"a\": 1}}'::jsonb, run_at => $1::text::timestamptz)"
+                ),
+                &[&at],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        ids.push(id);
+    }
+    let expect = [
+        "1900-01-01T00:00:00Z",
+        "+12000-06-01T00:00:00Z",
+        "-3999-01-01T00:00:00Z",
+        "1969-12-31T23:59:59Z",
+    ];
+    for (id, want) in ids.iter().zip(expect) {
+        let id = id.to_string();
+        let text = ok(&run(Some(&db), &["show", &id]));
+        assert!(text.contains(&format!("run_at       {want}")), "{text}");
+        let j = json(&ok(&run(Some(&db), &["show", &id, "--json"])));
+        assert_eq!(j["run_at"], want, "{j}");
+    }
+    ok(&run(Some(&db), &["stats"]));
+    ok(&run(Some(&db), &["stats", "--json"]));
+    ok(&run(Some(&db), &["queue", "list"]));
+    ok(&run(Some(&db), &["queue", "list", "--json"]));
+    ok(&run(Some(&db), &["queue", "pause", "q"]));
+    ok(&run(Some(&db), &["queue", "list", "--json"]));
+
+    let exact = r#"{"big": 123456789012345678901234567890, "f": 1.0000000000000001, "u": 12345678901234567890}"#;
+    let id = ok(&run(Some(&db), &["enqueue", exact])).trim().to_owned();
+    let text = ok(&run(Some(&db), &["show", &id]));
+    for n in [
+        "123456789012345678901234567890",
+        "1.0000000000000001",
+        "12345678901234567890",
+    ] {
+        assert!(text.contains(n), "{n} not in {text}");
+    }
+    let line = ok(&run(Some(&db), &["show", &id, "--json"]));
+    for n in [
+        ": 123456789012345678901234567890",
+        ": 1.0000000000000001",
+        ": 12345678901234567890",
+    ] {
+        assert!(line.contains(n), "{n} not in {line}");
+    }
+    assert_eq!(json(&line)["id"].as_i64(), id.parse().ok());
+}
+
+/// An empty database URL is a mistake, never a request for the embedded database: refused
+/// with exit 2, and no embedded database is created.
+#[test]
+fn an_empty_database_url_is_refused() {
+    let home = std::env::temp_dir().join(format!("skiplock-cli-empty-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    for (flag, env) in [
+        (Some(""), None),
+        (Some("  "), None),
+        (None, Some("")),
+        (None, Some(" ")),
+    ] {
+        for args in [
+            vec!["stats"],
+            vec!["enqueue", "{}"],
+            vec!["migrate"],
+            vec!["work", "--drain"],
+        ] {
+            let mut c = cmd(None, &[]);
+            if let Some(f) = flag {
+                c.args(["--database-url", f]);
+            }
+            if let Some(v) = env {
+                c.env("DATABASE_URL", v);
+            }
+            let o = c.args(&args).env("SKIPLOCK_HOME", &home).output().unwrap();
+            fails(&o, 2, "the database URL is empty");
+        }
+    }
+    assert!(!home.exists(), "no embedded database was created");
+}
+
+/// The embedded database keeps its port across a stop, so that URLs handed out before it
+/// (DATABASE_URL, a running worker's) still reach it; another port only when that one is
+/// taken, and then said on stderr. On it, a --schema that does not exist is refused by every
+/// command but `migrate` (exit 2, naming `migrate`), and nothing is created.
+#[test]
+fn the_embedded_database_keeps_its_port_and_refuses_an_unknown_schema() {
+    if skiplock_testdb::find_pg_bin().is_err() {
+        return;
+    }
+    let home = std::env::temp_dir().join(format!("skiplock-cli-port-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&home);
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = cmd(None, &["pg", "stop"])
+                .env("SKIPLOCK_HOME", &self.0)
+                .output();
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(home.clone());
+    let with_home = |args: &[&str]| {
+        cmd(None, args)
+            .env("SKIPLOCK_HOME", &home)
+            .output()
+            .unwrap()
+    };
+    let url = ok(&with_home(&["pg", "url"])).trim().to_owned();
+    ok(&with_home(&["pg", "stop"]));
+    let o = with_home(&["stats"]);
+    ok(&o);
+    assert_eq!(ok(&with_home(&["pg", "url"])).trim(), url, "the same port");
+    assert!(!err(&o).contains("warning"), "{}", err(&o));
+
+    // A typed schema that does not exist: refused, and not created.
+    for args in [
+        vec!["--schema", "typo", "stats"],
+        vec!["--schema", "typo", "enqueue", "{}"],
+        vec!["--schema", "typo", "queue", "list"],
+        vec!["--schema", "typo", "show", "1"],
+        vec!["--schema", "typo", "retry", "1"],
+        vec!["--schema", "typo", "reap"],
+        vec!["--schema", "typo", "prune"],
+        vec!["--schema", "typo", "schedule", "list"],
+        vec!["--schema", "typo", "work", "--drain"],
+    ] {
+        fails(&with_home(&args), 2, "skiplock --schema typo migrate");
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let schemas = |name: &'static str| {
+        let url = url.clone();
+        rt.block_on(async move {
+            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                    &[&name],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n
+        })
+    };
+    assert_eq!(schemas("typo"), 0, "no schema was created");
+    // migrate creates it; then it is used like any other.
+    ok(&with_home(&["--schema", "typo", "migrate"]));
+    ok(&with_home(&["--schema", "typo", "stats"]));
+    assert_eq!(schemas("typo"), 1);
+
+    // Its port taken by another program: another one, said on stderr.
+    ok(&with_home(&["pg", "stop"]));
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let o = with_home(&["pg", "url"]);
+    let moved = ok(&o).trim().to_owned();
+    assert_ne!(moved, url);
+    assert!(
+        err(&o).contains(&format!("port {port}")) && err(&o).contains("is taken"),
+        "{}",
+        err(&o)
+    );
+    drop(squatter);
+    // And it keeps the new one from then on.
+    ok(&with_home(&["pg", "stop"]));
+    assert_eq!(ok(&with_home(&["pg", "url"])).trim(), moved);
+}
+
+/// The case-by-case bad-input table of docs/RELIABILITY.md, run as written: every command
+/// refuses its row with the exit status shown and one `error:` line naming the text shown,
+/// every `sql:` row fails with its SQLSTATE and text, nothing panics, and nothing refused is
+/// written.
+#[tokio::test]
+async fn every_case_of_the_bad_input_table_is_refused_with_one_line() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/RELIABILITY.md"
+    ))
+    .unwrap();
+    let section = doc
+        .split("### Every command and SQL function, case by case")
+        .nth(1)
+        .expect("the table's heading");
+    let section = section.split("\n#").next().unwrap();
+    let cell = |c: &str| c.trim().trim_matches('`').to_owned();
+    let rows: Vec<(u32, String, i64, String)> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| #"))
+        .map(|l| {
+            let c: Vec<&str> = l.split('|').collect();
+            assert_eq!(c.len(), 6, "{l}");
+            (
+                c[1].trim().parse().unwrap(),
+                cell(c[2]),
+                c[3].trim().parse().unwrap(),
+                cell(c[4]),
+            )
+        })
+        .collect();
+    // With the 32 rows of the table above it, at least 150 cases.
+    assert!(rows.len() + 32 >= 150, "{} rows", rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.0 as usize, 33 + i, "rows are numbered in order");
+    }
+
+    let db = migrated().await;
+    let sql = db.connect().await.unwrap();
+    sql.batch_execute(&format!("SET search_path TO \"{}\"", db.schema()))
+        .await
+        .unwrap();
+    let mut failures = Vec::new();
+    for (n, input, code, needle) in &rows {
+        if let Some(statement) = input.strip_prefix("sql: ") {
+            let Err(e) = sql.batch_execute(statement).await else {
+                failures.push(format!("row {n}: {statement} was accepted"));
+                continue;
+            };
+            let Some(db_err) = e.as_db_error() else {
+                failures.push(format!("row {n}: {e}"));
+                continue;
+            };
+            if db_err.code().code() != code.to_string()
+                || !db_err.message().contains(needle.as_str())
+                || db_err.message().contains('\n')
+            {
+                failures.push(format!(
+                    "row {n}: {} {:?}, not {code} naming {needle:?}",
+                    db_err.code().code(),
+                    db_err.message()
+                ));
+            }
+            continue;
+        }
+        let Some(args) = shlex::split(input) else {
+            failures.push(format!("row {n}: {input} does not split into arguments"));
+            continue;
+        };
+        let mut c = cmd(None, &[]);
+        if args[0] == "--database-url" {
+            // Its own URL; the default schema.
+        } else if args[0] == "--schema" {
+            c.args(["--database-url", db.url()]);
+        } else {
+            c.args(["--database-url", db.url(), "--schema", db.schema()]);
+        }
+        let o = c.args(&args).stdin(Stdio::null()).output().unwrap();
+        let e = err(&o);
+        let lines: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+        if o.status.code() != Some(*code as i32)
+            || lines.len() != 1
+            || !lines[0].starts_with("error: ")
+            || !lines[0].contains(needle.as_str())
+            || e.contains("panicked")
+        {
+            failures.push(format!(
+                "row {n}: {input}: exit {:?}, not {code} with one line naming {needle:?}: {e:?}",
+                o.status.code()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for table in ["jobs", "schedules", "queues"] {
+        let n: i64 = sql
+            .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 0, "nothing refused was written to {table}");
+    }
 }

@@ -86,3 +86,65 @@ async fn pause_list_stats_and_resume() {
     let o = run(&db, &["queue", "pause", "no spaces"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A typo never creates state: pausing a queue that no job names and that was never paused
+/// is refused (exit 2, one line, no `queues` row) unless --create says so; a draining worker
+/// on a paused queue says it is paused.
+#[tokio::test]
+async fn an_unknown_queue_is_refused_unless_created_and_a_drain_says_it_is_paused() {
+    let db = TestDb::new().await;
+    ok(&run(&db, &["migrate"]));
+    let rows = || async {
+        let c = db.connect().await.unwrap();
+        let n: i64 = c
+            .query_one(
+                &format!("SELECT count(*) FROM \"{}\".queues", db.schema()),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+
+    let o = run(&db, &["queue", "pause", "typo"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("queue typo is unknown"), "{err}");
+    assert!(err.contains("--create"), "{err}");
+    assert_eq!(rows().await, 0, "nothing was paused");
+    let o = run(&db, &["queue", "pause", "typo", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(rows().await, 0, "nothing was paused");
+
+    // Asked for, it is paused before its first job.
+    let out = ok(&run(&db, &["queue", "pause", "later", "--create"]));
+    assert!(out.contains("queue later is now PAUSED"), "{out}");
+    assert_eq!(rows().await, 1);
+    // Once a queues row names it, it is known: pausing again needs no flag.
+    let again = ok(&run(&db, &["queue", "pause", "later"]));
+    assert!(again.contains("already paused"), "{again}");
+
+    // A queue that a queued job names is known.
+    ok(&run(
+        &db,
+        &["enqueue", "--queue", "mail", "--kind", "noop", "{}"],
+    ));
+    ok(&run(&db, &["queue", "pause", "mail", "--by", "ops"]));
+    let o = run(&db, &["work", "--queue", "mail", "--drain", "--json"]);
+    let stats = json(&ok(&o));
+    assert_eq!(stats["claimed"].as_i64(), Some(0), "{stats}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("queue mail is PAUSED")
+            && err.contains("by ops")
+            && err.contains("1 queued job(s)")
+            && err.contains("skiplock queue resume mail"),
+        "{err}"
+    );
+    // A queue that is not paused is not mentioned.
+    let o = run(&db, &["work", "--queue", "default", "--drain"]);
+    ok(&o);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("PAUSED"));
+}

@@ -125,6 +125,69 @@ impl LocalCluster {
         Err(last.unwrap_or_else(|| Error::NoServer("could not start the server".into())))
     }
 
+    /// Starts the server on the port it last listened on, so that URLs handed out before a
+    /// stop (`DATABASE_URL`, a running worker's, a dashboard's) keep working after a
+    /// restart; on a free port when it never ran, or when that port is taken now. Records the
+    /// port before starting ([`LocalCluster::last_port`]). [`StartOptions::port`] is ignored.
+    ///
+    /// Returns the port, and the remembered port when it was taken (the caller should say
+    /// so: URLs with the old port no longer reach this server).
+    pub fn start_on_last_port(&self, opts: &StartOptions) -> Result<(u16, Option<u16>), Error> {
+        let remembered = self.last_port();
+        if let Some(p) = remembered.filter(|p| port_is_free(*p)) {
+            self.record_port(p)?;
+            match self.start_on(p, opts) {
+                Ok(()) => return Ok((p, None)),
+                // Taken between the check and the start: a free one, as below.
+                Err(_) if !port_is_free(p) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut last = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            self.record_port(port)?;
+            match self.start_on(port, opts) {
+                Ok(()) => return Ok((port, remembered)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::NoServer("could not start the server".into())))
+    }
+
+    /// The port the server last listened on, or was last started on: the one recorded by
+    /// [`LocalCluster::start_on_last_port`], else the one in the server's own record of its
+    /// last command line (`postmaster.opts`, for a cluster started otherwise). `None` when
+    /// it never ran.
+    pub fn last_port(&self) -> Option<u16> {
+        let recorded = std::fs::read_to_string(self.port_file())
+            .ok()
+            .and_then(|t| t.trim().parse::<u16>().ok());
+        recorded
+            .or_else(|| {
+                let opts = std::fs::read_to_string(self.data_dir().join("postmaster.opts")).ok()?;
+                let words: Vec<&str> = opts
+                    .split_whitespace()
+                    .map(|w| w.trim_matches('"'))
+                    .collect();
+                let at = words.iter().position(|w| *w == "-p")?;
+                words.get(at + 1)?.parse::<u16>().ok()
+            })
+            .filter(|p| *p != 0)
+    }
+
+    /// Where [`LocalCluster::start_on_last_port`] records the port.
+    fn port_file(&self) -> PathBuf {
+        self.dir.join("port")
+    }
+
+    fn record_port(&self, port: u16) -> Result<(), Error> {
+        let path = self.port_file();
+        let tmp = self.dir.join("port.tmp");
+        std::fs::write(&tmp, format!("{port}\n")).map_err(|e| Error::io("write", &tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io("write", &path, e))
+    }
+
     fn start_on(&self, port: u16, opts: &StartOptions) -> Result<(), Error> {
         let data = self.data_dir();
         let mut server_opts = format!(
@@ -311,6 +374,11 @@ pub fn free_port() -> Result<u16, Error> {
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| Error::io("find a free port on", Path::new("127.0.0.1"), e))
+}
+
+/// Whether nothing listens on `port` of 127.0.0.1 now.
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
 fn is_root() -> Result<bool, Error> {

@@ -121,7 +121,7 @@ pub fn payload(json: &str, max_bytes: usize) -> Result<()> {
         return Err(Error::invalid(
             "payload",
             format!(
-                "it is {} bytes; the limit is {max_bytes} (raise it with ClientBuilder::max_payload_bytes)",
+                "it is {} bytes; the limit is {max_bytes} (keep large data elsewhere and pass a reference to it)",
                 json.len()
             ),
         ));

@@ -227,6 +227,16 @@ impl Client {
         migrate::migrate(client, &self.inner.schema).await
     }
 
+    /// Whether this client's schema has been created by [`Client::migrate`] (its migrations
+    /// table exists), read from the catalog: no privilege needed, no lock taken, nothing
+    /// created.
+    pub async fn is_migrated(&self) -> Result<bool> {
+        let conn = self.conn("look the schema up").await?;
+        self.store()
+            .schema_exists((&**conn).into_conn(), self.inner.schema.name())
+            .await
+    }
+
     /// The server's version string (`SHOW server_version`).
     pub async fn server_version(&self) -> Result<String> {
         let conn = self.conn("read the server version").await?;

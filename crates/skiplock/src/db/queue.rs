@@ -35,6 +35,17 @@ impl Store {
         )
     }
 
+    /// `queue_known.sql`: whether a `queues` row or a queued or running job names `queue`.
+    pub(crate) async fn queue_known<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        queue: &str,
+    ) -> crate::error::Result<bool> {
+        known(c, &self.sql, queue)
+            .await
+            .map_err(crate::error::Error::db("look the queue up"))
+    }
+
     /// `queue_list.sql`: every queue's pause and its queued, ready and running jobs.
     pub(crate) async fn queue_list<C: GenericClient + Sync>(
         &self,
@@ -74,6 +85,12 @@ async fn resume<C: GenericClient + Sync>(c: &C, sql: &Sql, queue: &str) -> Resul
     c.query_typed_one(&sql.queue_resume, &[(&queue, Type::TEXT)])
         .await?
         .try_get("changed")
+}
+
+async fn known<C: GenericClient + Sync>(c: &C, sql: &Sql, queue: &str) -> Result<bool, Error> {
+    c.query_typed_one(&sql.queue_known, &[(&queue, Type::TEXT)])
+        .await?
+        .try_get("known")
 }
 
 async fn list<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueState>, Error> {

@@ -116,6 +116,17 @@ impl Client {
         let conn = self.conn(OP).await?;
         self.store().queue_list(&**conn).await
     }
+
+    /// Whether `queue` is known on this schema: a `queues` row names it (it was paused once)
+    /// or a queued or running job does. A command can refuse to pause a queue that is not
+    /// known, which is most often a typo. Reads index probes only, never the finished
+    /// history (a queue known only from finished jobs is not known here).
+    pub async fn queue_known(&self, queue: &str) -> Result<bool> {
+        const OP: &str = "look the queue up";
+        input::queue_name(queue)?;
+        let conn = self.conn(OP).await?;
+        self.store().queue_known(&**conn, queue).await
+    }
 }
 
 const PAUSE: &str = "pause a queue";

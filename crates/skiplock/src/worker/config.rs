@@ -134,7 +134,7 @@ impl WorkerConfig {
         if self.vacuum_threshold == Some(0) {
             return Err(Error::invalid(
                 "vacuum threshold",
-                "it must be at least 1 dead tuple (use None to leave the table to autovacuum)",
+                "it must be at least 1 dead tuple (leave it unset to leave the table to autovacuum)",
             ));
         }
         if self.poll_interval == Some(Duration::ZERO)
@@ -145,7 +145,7 @@ impl WorkerConfig {
         {
             return Err(Error::invalid(
                 "worker",
-                "intervals and timeouts must be above zero (use None to turn one off)",
+                "intervals and timeouts must be above zero (leave one unset to turn it off)",
             ));
         }
         let longest = [
@@ -170,7 +170,7 @@ impl WorkerConfig {
         if self.claims_in_flight == Some(0) {
             return Err(Error::invalid(
                 "claims in flight",
-                "it must be at least 1 (or None: automatic)",
+                "it must be at least 1 (leave it unset to choose it automatically)",
             ));
         }
         Ok(lease_us)

@@ -180,3 +180,90 @@ async fn an_unreachable_database_is_a_clear_error() {
     assert!(matches!(err, Error::Pool { .. }), "{err}");
     assert!(err.to_string().contains("enqueue a job"));
 }
+
+/// `Client::queue_known` (what `skiplock queue pause` asks before pausing): a queue is known
+/// when a `queues` row or a queued or running job names it, read by index probes only, so
+/// that the answer costs the same on a table of finished history; a bad name is refused
+/// before any SQL.
+#[tokio::test]
+async fn a_queue_is_known_by_its_queues_row_or_a_live_job_through_index_probes() {
+    let b = setup().await;
+    assert!(!b.client.queue_known("mail").await.unwrap());
+    assert_invalid(
+        b.client.queue_known("bad queue").await.unwrap_err(),
+        "queue name",
+    );
+    b.client
+        .enqueue(&NewJob::new("k", &1).queue("mail"))
+        .await
+        .unwrap();
+    assert!(b.client.queue_known("mail").await.unwrap());
+    let claimed = b
+        .client
+        .claim("mail", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(b.client.queue_known("mail").await.unwrap(), "running");
+    b.client.pause_queue("paused-only", None).await.unwrap();
+    assert!(b.client.queue_known("paused-only").await.unwrap());
+    assert!(!b.client.queue_known("typo").await.unwrap());
+
+    // 20,000 finished rows of another queue, analyzed: the probe scans no table.
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (queue, kind, payload, status, attempts, finished_at) \
+             SELECT 'history', 'k', '{}'::jsonb, 'done', 1, now() \
+             FROM generate_series(1, 20000); ANALYZE jobs",
+        )
+        .await
+        .unwrap();
+    let sql = b
+        .client
+        .statement(skiplock::Statement::QueueKnown)
+        .to_owned();
+    let rows = b
+        .raw
+        .query(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}"), &[&"typo"])
+        .await
+        .unwrap();
+    let plan: serde_json::Value = rows[0].get(0);
+    let text = plan.to_string();
+    assert!(!text.contains("Seq Scan"), "{plan:#}");
+    assert!(
+        text.contains("jobs_ready_idx") && text.contains("jobs_lease_idx"),
+        "{plan:#}"
+    );
+}
+
+/// A refused worker setting or payload says what to do in plain words, naming no Rust item
+/// (`None`, `ClientBuilder::…`), so that it reads right from the command too.
+#[tokio::test]
+async fn refusals_name_no_rust_item() {
+    let client = Client::connect(NOWHERE).unwrap();
+    let registry = skiplock::Registry::new;
+    let worker = |b: skiplock::WorkerBuilder| b.queue("default", 1).build().err().unwrap();
+    for err in [
+        worker(skiplock::Worker::builder(client.clone(), registry()).vacuum_threshold(Some(0))),
+        worker(
+            skiplock::Worker::builder(client.clone(), registry())
+                .poll_interval(Some(Duration::ZERO)),
+        ),
+        worker(skiplock::Worker::builder(client.clone(), registry()).claims_in_flight(0)),
+        client
+            .enqueue(&NewJob::new("k", &"x".repeat(2 * 1024 * 1024)))
+            .await
+            .unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(err.is_invalid_input(), "{text}");
+        assert!(
+            !text.contains("None") && !text.contains("::") && !text.contains("Some("),
+            "{text}"
+        );
+        assert!(
+            text.contains("unset") || text.contains("reference"),
+            "{text}"
+        );
+    }
+}
