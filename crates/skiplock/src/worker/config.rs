@@ -155,6 +155,13 @@ impl WorkerConfig {
         Ok(lease_us)
     }
 
+    /// How long an outcome write (or its read-back) waits for the database's reply before
+    /// it is abandoned and its connection closed: one heartbeat interval (see
+    /// `worker/reply.rs`).
+    pub(crate) fn reply_timeout(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
     /// The reaper's settings.
     pub(crate) fn reaper(&self) -> ReaperConfig {
         ReaperConfig {
