@@ -75,14 +75,20 @@ pub enum Select {
     Startup(String),
     /// Connections whose startup packet does not contain this text.
     NotStartup(String),
+    /// Connections held in both directions (to reset half-open connections left behind).
+    Held,
 }
 
 impl Select {
-    fn matches(&self, startup: &str) -> bool {
+    fn matches(&self, c: &Conn) -> bool {
         match self {
             Select::All => true,
-            Select::Startup(s) => startup.contains(s.as_str()),
-            Select::NotStartup(s) => !startup.contains(s.as_str()),
+            Select::Startup(s) => lock(&c.startup).contains(s.as_str()),
+            Select::NotStartup(s) => !lock(&c.startup).contains(s.as_str()),
+            Select::Held => {
+                let f = *c.flows.borrow();
+                f.up == Flow::Hold && f.down == Flow::Hold
+            }
         }
     }
 }
@@ -179,7 +185,7 @@ impl FaultProxy {
     pub fn set(&self, select: &Select, up: Flow, down: Flow) -> usize {
         let conns = lock(&self.shared.conns);
         let mut n = 0;
-        for c in conns.iter().filter(|c| select.matches(&lock(&c.startup))) {
+        for c in conns.iter().filter(|c| select.matches(c)) {
             c.flows.send_modify(|f| {
                 f.up = up;
                 f.down = down;
@@ -212,7 +218,7 @@ impl FaultProxy {
     pub fn reset(&self, select: &Select) -> usize {
         let conns = lock(&self.shared.conns);
         let mut n = 0;
-        for c in conns.iter().filter(|c| select.matches(&lock(&c.startup))) {
+        for c in conns.iter().filter(|c| select.matches(c)) {
             c.flows.send_modify(|f| f.reset = true);
             n += 1;
         }
