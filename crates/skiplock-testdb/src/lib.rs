@@ -21,9 +21,11 @@
 #![warn(missing_docs)]
 
 mod bouncer;
+pub mod proxy;
 mod testdb;
 
 pub use bouncer::{PgBouncer, REQUIRE_PGBOUNCER_ENV};
+pub use proxy::FaultProxy;
 pub use skiplock_embedded::{
     find_pg_bin, LocalCluster, StartOptions, PG_BIN_ENV, SERVER_USER, SUPERUSER,
 };

@@ -19,6 +19,19 @@ pub enum Fault {
     /// Jobs whose first attempt outlives its lease with heartbeats off, so the reaper hands
     /// them to another worker while they still run.
     Slow,
+    /// The proxy in front of a worker drops the server's reply to its next outcome
+    /// statement (after the server ran it) and then resets that connection.
+    ReplyLoss,
+    /// The proxy black-holes every open connection of a worker (no reply, no RST); new ones
+    /// pass. The held ones are reset 15 s later, as the kernel would end them.
+    HalfOpen,
+    /// The proxy black-holes a worker's LISTEN connection (no RST).
+    ListenDrop,
+    /// The proxy cuts a worker off (every connection, open and new) for longer than the
+    /// lease, then heals.
+    Partition,
+    /// The proxy resets (RST) every connection of a worker.
+    Reset,
 }
 
 impl Fault {
@@ -31,7 +44,24 @@ impl Fault {
             Fault::IdleTx,
             Fault::Skew,
             Fault::Slow,
+            Fault::ReplyLoss,
+            Fault::HalfOpen,
+            Fault::ListenDrop,
+            Fault::Partition,
+            Fault::Reset,
         ]
+    }
+
+    /// Whether the fault is injected by the proxies in front of the workers.
+    pub fn is_network(self) -> bool {
+        matches!(
+            self,
+            Fault::ReplyLoss
+                | Fault::HalfOpen
+                | Fault::ListenDrop
+                | Fault::Partition
+                | Fault::Reset
+        )
     }
 
     pub fn name(self) -> &'static str {
@@ -43,6 +73,11 @@ impl Fault {
             Fault::IdleTx => "bystander idle in transaction",
             Fault::Skew => "worker clock 2 h ahead",
             Fault::Slow => "handler slower than its lease (heartbeats off)",
+            Fault::ReplyLoss => "network: reply to an outcome statement lost, then RST",
+            Fault::HalfOpen => "network: a worker's open connections black-holed (no RST)",
+            Fault::ListenDrop => "network: a worker's LISTEN connection black-holed (no RST)",
+            Fault::Partition => "network: a worker partitioned longer than the lease",
+            Fault::Reset => "network: a worker's connections reset (RST)",
         }
     }
 }

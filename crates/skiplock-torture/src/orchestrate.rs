@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use skiplock::{Client, NewJob};
 use skiplock_embedded::{LocalCluster, StartOptions};
+use skiplock_testdb::proxy::{Flow, Select};
+use skiplock_testdb::FaultProxy;
 
 use crate::check::{self, Expected};
 use crate::faults::{Fault, Rng, Tally};
@@ -139,7 +141,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // Clock skew without a wrapper process (so that `kill -9` reaches the worker itself):
     // libfaketime preloaded, wall clock two hours ahead, monotonic clock untouched.
     let faketime = has(Fault::Skew).then(libfaketime).flatten();
-    let (mut procs, logs) = worker_processes(&args, &dir, &url, faketime.as_deref())?;
+    // With network faults, each worker process talks to the server through a proxy of its
+    // own, so that one worker can be cut off while the others run.
+    let mut proxies = Vec::new();
+    if faults.iter().any(|f| f.is_network()) {
+        for _ in 0..args.typed_workers + args.exec_workers {
+            proxies.push(FaultProxy::for_url(&url).await?);
+        }
+    }
+    let (mut procs, logs) = worker_processes(&args, &dir, &url, faketime.as_deref(), &proxies)?;
     for p in &mut procs {
         p.start()?;
     }
@@ -155,6 +165,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         url: &url,
         cluster: &cluster,
         port,
+        proxies: &proxies,
     };
     inject_faults(&args, &faults, &server, &mut procs, started, &mut tally).await?;
     enqueuer.await.context("the enqueuer failed")?;
@@ -182,6 +193,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         quiesce_took,
         args.json,
     );
+    if !proxies.is_empty() {
+        print_network(&proxies, &procs);
+    }
     drop(guard);
     if !args.keep {
         let _ = std::fs::remove_dir_all(&dir);
@@ -265,7 +279,15 @@ fn worker_processes(
     dir: &Path,
     url: &str,
     faketime: Option<&Path>,
+    proxies: &[FaultProxy],
 ) -> anyhow::Result<(Vec<Proc>, Logs)> {
+    // Worker `i`'s URL: through its proxy when there are proxies.
+    let url_of = |i: usize| -> anyhow::Result<String> {
+        match proxies.get(i) {
+            Some(p) => Ok(p.url(url)?),
+            None => Ok(url.to_owned()),
+        }
+    };
     let exe = std::env::current_exe()?;
     let skiplock_bin = exe.with_file_name("skiplock");
     if !skiplock_bin.is_file() {
@@ -278,7 +300,7 @@ fn worker_processes(
     let mut logs = Vec::new();
     for i in 0..args.typed_workers {
         let log = dir.join(format!("typed-{i}.log"));
-        let mut env = Vec::new();
+        let mut env = vec![("RUST_LOG".to_owned(), WORKER_LOG.to_owned())];
         let mut offset_ms = 0;
         if i == 0 {
             if let Some(lib) = faketime {
@@ -293,7 +315,7 @@ fn worker_processes(
             exe.display().to_string(),
             "worker".into(),
             "--url".into(),
-            url.to_owned(),
+            url_of(i)?,
             "--schema".into(),
             SCHEMA.into(),
             "--log".into(),
@@ -319,7 +341,7 @@ fn worker_processes(
         let cmd = vec![
             skiplock_bin.display().to_string(),
             "--database-url".into(),
-            url.to_owned(),
+            url_of(args.typed_workers + i)?,
             "--schema".into(),
             SCHEMA.into(),
             "work".into(),
@@ -346,7 +368,7 @@ fn worker_processes(
         procs.push(Proc {
             name: format!("exec-{i}"),
             cmd,
-            env: vec![("RUST_LOG".into(), "warn".into())],
+            env: vec![("RUST_LOG".into(), WORKER_LOG.into())],
             out: dir.join(format!("exec-{i}.out")),
             child: None,
             starts: 0,
@@ -354,6 +376,55 @@ fn worker_processes(
         logs.push((log, 0));
     }
     Ok((procs, logs))
+}
+
+/// The workers' log filter: warnings, and the completer's note of an outcome read back after
+/// a lost reply (counted at the end).
+const WORKER_LOG: &str = "warn,skiplock::worker::completer=info";
+
+/// What the workers' logs say they noticed of the network faults: (label, text, count).
+const NOTICED: [(&str, &str); 4] = [
+    (
+        "outcomes read back after a lost reply",
+        "outcome found written by an earlier try whose reply was lost",
+    ),
+    (
+        "statements abandoned without a reply",
+        "no reply from the database in time",
+    ),
+    (
+        "silent LISTEN connections replaced",
+        "LISTEN connection went silent",
+    ),
+    (
+        "outcome writes that gave up",
+        "their leases will expire and the reaper will retry them",
+    ),
+];
+
+/// The proxies' figures and what the workers noticed, from their output.
+fn print_network(proxies: &[FaultProxy], procs: &[Proc]) {
+    println!("\nnetwork faults (proxies in front of the workers)");
+    let line = |label: &str, v: u64| println!("  {label:<52} {v:>10}");
+    line(
+        "connections through the proxies",
+        proxies.iter().map(FaultProxy::accepted).sum(),
+    );
+    line(
+        "replies swallowed",
+        proxies.iter().map(FaultProxy::swallowed).sum(),
+    );
+    line(
+        "connections reset (RST)",
+        proxies.iter().map(FaultProxy::resets).sum(),
+    );
+    let text: String = procs
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(&p.out).ok())
+        .collect();
+    for (label, needle) in NOTICED {
+        line(label, text.matches(needle).count() as u64);
+    }
 }
 
 /// Each worker process's execution log, and its clock's offset in milliseconds.
@@ -451,12 +522,24 @@ fn spawn_enqueuer(
     (enqueuer, rx)
 }
 
-/// The run's server: its URL, and the cluster to crash and restart on its port.
+/// The run's server: its URL, the cluster to crash and restart on its port, and the proxy
+/// in front of each worker process (none without network faults).
 struct Server<'a> {
     url: &'a str,
     cluster: &'a LocalCluster,
     port: u16,
+    proxies: &'a [FaultProxy],
 }
+
+/// How long a partition lasts: longer than either kind of worker's lease (3 s).
+const PARTITION: Duration = Duration::from_secs(5);
+
+/// How long black-holed connections are left before they are reset (as the kernel's
+/// keepalives would end them).
+const HALF_OPEN_FOR: Duration = Duration::from_secs(15);
+
+/// The piece of the outcome statement's text the reply loss waits for.
+const FINISH_MARK: &[u8] = b"WITH ORDINALITY AS o(id, attempt, outcome";
 
 /// Faults at random moments (seeded) until the duration is over; a worker found down is
 /// restarted first. Waits for the last bystander to end.
@@ -471,13 +554,24 @@ async fn inject_faults(
     let mut rng = Rng::new(args.seed);
     let mut last_restart = Instant::now();
     let mut bystander: Option<(tokio::task::JoinHandle<()>, Instant)> = None;
+    // Black-holed connections to reset later: (when, which proxy).
+    let mut held: Vec<(Instant, usize)> = Vec::new();
     let injectable: Vec<Fault> = faults
         .iter()
         .copied()
         .filter(|f| !matches!(f, Fault::Skew | Fault::Slow))
+        .filter(|f| !f.is_network() || !server.proxies.is_empty())
         .collect();
     while started.elapsed() < args.duration {
         tokio::time::sleep(Duration::from_millis(1500 + rng.below(2500))).await;
+        held.retain(|&(at, i)| {
+            if at <= Instant::now() {
+                server.proxies[i].reset(&Select::Held);
+                false
+            } else {
+                true
+            }
+        });
         for p in procs.iter_mut() {
             if !p.alive() {
                 p.start()?;
@@ -532,9 +626,41 @@ async fn inject_faults(
                     Instant::now(),
                 ));
             }
+            Fault::ReplyLoss => {
+                let i = rng.below(server.proxies.len() as u64) as usize;
+                if server.proxies[i].armed() {
+                    continue;
+                }
+                server.proxies[i].swallow_reply_after(FINISH_MARK, Duration::from_millis(300));
+            }
+            Fault::HalfOpen | Fault::ListenDrop => {
+                let i = rng.below(server.proxies.len() as u64) as usize;
+                let select = if f == Fault::HalfOpen {
+                    Select::All
+                } else {
+                    Select::Startup("skiplock-listener".into())
+                };
+                if server.proxies[i].set(&select, Flow::Hold, Flow::Hold) == 0 {
+                    continue;
+                }
+                held.push((Instant::now() + HALF_OPEN_FOR, i));
+            }
+            Fault::Partition => {
+                let i = rng.below(server.proxies.len() as u64) as usize;
+                server.proxies[i].partition();
+                tokio::time::sleep(PARTITION).await;
+                server.proxies[i].heal();
+            }
+            Fault::Reset => {
+                let i = rng.below(server.proxies.len() as u64) as usize;
+                server.proxies[i].reset(&Select::All);
+            }
             Fault::Skew | Fault::Slow => {}
         }
         tally.add(f);
+    }
+    for (_, i) in held {
+        server.proxies[i].reset(&Select::Held);
     }
     if let Some((h, _)) = bystander {
         let _ = h.await;

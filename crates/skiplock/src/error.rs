@@ -60,6 +60,17 @@ pub enum Error {
         id: crate::job_id::JobId,
     },
 
+    /// The database gave no reply within `after` while doing `op` (a half-open connection,
+    /// a partition): the connection was closed. Whether the statement took effect is
+    /// unknown.
+    #[error("could not {op}: no reply from the database within {after:?}")]
+    NoReply {
+        /// What we were doing.
+        op: &'static str,
+        /// How long we waited.
+        after: std::time::Duration,
+    },
+
     /// No connection could be had from the pool while doing `op`.
     #[error("could not get a database connection to {op}")]
     Pool {

@@ -74,11 +74,17 @@ impl ServerTimeouts {
 /// socket) is noticed in about a minute instead of hours.
 pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 
+/// `tcp_user_timeout` on skiplock's connections (unless the URL sets one): how long sent data
+/// may stay unacknowledged before the kernel closes the connection. Keepalives only probe an
+/// idle connection; this bounds one with a statement in flight on a path that went dead
+/// without a reset (Linux; the setting is ignored elsewhere).
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How long connecting may take (unless the URL says otherwise).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Applies skiplock's connection hygiene to a configuration: application name, keepalives,
-/// connect timeout and server timeouts (each only where the configuration does not set it).
+/// connect timeout, `tcp_user_timeout` and server timeouts (each only where the configuration does not set it).
 pub(crate) fn harden(
     cfg: &mut tokio_postgres::Config,
     app: &str,
@@ -93,6 +99,9 @@ pub(crate) fn harden(
         .keepalives_retries(3);
     if cfg.get_connect_timeout().is_none() {
         cfg.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if cfg.get_tcp_user_timeout().is_none() {
+        cfg.tcp_user_timeout(TCP_USER_TIMEOUT);
     }
     if let Some(t) = timeouts {
         let opts = match cfg.get_options() {

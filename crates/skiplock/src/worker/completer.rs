@@ -8,6 +8,13 @@
 //!   heartbeat). Nothing was written; the row is tried again shortly, alone or with the next
 //!   batch, while the others of its batch are written at once.
 //!
+//! A write whose reply never came (the connection failed, or gave no answer within the
+//! reply bound, [`WorkerConfig::reply_timeout`](crate::WorkerConfig)) may still have been
+//! committed: when a later try finds such a row no longer this claim's, the completer reads
+//! the job back (`job_get.sql`) and counts it by what the row shows (done at this attempt,
+//! failed or queued again with this attempt's error), so that an outcome whose reply was lost
+//! is neither counted twice nor counted lost.
+//!
 //! A deterministic error of the statement (a data exception such as an error text the
 //! database's encoding cannot store, a constraint, a program limit) would fail every retry
 //! of the same batch: the batch is then written row by row, so that only the bad row is
@@ -229,7 +236,12 @@ async fn write_retrying(
     let mut failures = 0u32;
     loop {
         match write(shared, rows).await {
-            Ok(v) => return Ok((v, failures)),
+            Ok(mut v) => {
+                if failures > 0 {
+                    reread(shared, rows, &mut v).await;
+                }
+                return Ok((v, failures));
+            }
             Err(e) if is_deterministic(&e) => return Err(Failure::Deterministic(e)),
             Err(e) => {
                 failures += 1;
@@ -290,6 +302,82 @@ fn account(
 }
 
 async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<Verdict<Written>>, Error> {
-    let conn = shared.client.conn("write job outcomes").await?;
-    shared.client.store().job_finish_many(&conn, batch).await
+    const OP: &str = "write job outcomes";
+    let conn = shared.client.conn(OP).await?;
+    let limit = shared.cfg.reply_timeout();
+    match tokio::time::timeout(limit, shared.client.store().job_finish_many(&conn, batch)).await {
+        Ok(r) => r,
+        Err(_) => {
+            super::reply::abandon(shared, conn);
+            Err(Error::NoReply {
+                op: OP,
+                after: limit,
+            })
+        }
+    }
+}
+
+/// After a failed try, a row found no longer this claim's may be one that the failed try
+/// wrote (committed, its reply lost): each is read back, and counted as written when the
+/// row shows this outcome at this attempt. A row that cannot be read stays lost.
+async fn reread(shared: &Shared, rows: &[Finish], verdicts: &mut [Verdict<Written>]) {
+    const OP: &str = "read back a job whose outcome's reply was lost";
+    for (f, v) in rows.iter().zip(verdicts.iter_mut()) {
+        if !matches!(v, Verdict::Lost) {
+            continue;
+        }
+        let read = async {
+            let conn = shared.client.conn(OP).await?;
+            let limit = shared.cfg.reply_timeout();
+            match tokio::time::timeout(limit, shared.client.store().job_get(&**conn, f.id)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    super::reply::abandon(shared, conn);
+                    Err(Error::NoReply {
+                        op: OP,
+                        after: limit,
+                    })
+                }
+            }
+        };
+        match read.await {
+            Ok(Some(row)) => {
+                if let Some(state) = written_before(f, &row) {
+                    tracing::info!(id = %f.id, attempt = f.attempt, state = state.as_str(), "outcome found written by an earlier try whose reply was lost");
+                    let retry_in_us = row
+                        .run_at
+                        .duration_since(std::time::SystemTime::now())
+                        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+                    *v = Verdict::Applied(Written {
+                        state,
+                        run_at: row.run_at,
+                        retry_in_us,
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(id = %f.id, error = %error_chain(&e), "could not read back a job whose outcome's reply was lost; counting it lost");
+            }
+        }
+    }
+}
+
+/// The state `f`'s outcome led to, if `row` shows it written at `f`'s attempt: done for a
+/// completion; failed with its error for a discard; queued or failed with its error for a
+/// retry; queued for a snooze or a hand-back.
+fn written_before(f: &Finish, row: &crate::job::JobRow) -> Option<JobState> {
+    if row.attempts != f.attempt {
+        return None;
+    }
+    let own_error = row.last_error.as_deref() == Some(f.outcome.error());
+    let ok = match &f.outcome {
+        Outcome::Complete => row.state == JobState::Done,
+        Outcome::Discard { .. } => row.state == JobState::Failed && own_error,
+        Outcome::Retry { .. } => {
+            matches!(row.state, JobState::Queued | JobState::Failed) && own_error
+        }
+        Outcome::Snooze { .. } | Outcome::HandBack => row.state == JobState::Queued,
+    };
+    ok.then_some(row.state)
 }

@@ -23,7 +23,11 @@ pub struct WorkerConfig {
     /// to another worker.
     pub lease: Duration,
     /// How often the leases of running jobs are renewed, in one statement for all of them
-    /// (default 20 s; must be shorter than the lease).
+    /// (default 20 s; must be shorter than the lease). It also bounds how long the worker
+    /// waits for the database's reply on a connection that went silent (half-open): half of
+    /// it for a heartbeat, all of it for an outcome write; the statement is then abandoned
+    /// and its connection closed. And it is how often the LISTEN connection is checked for
+    /// silence (with the poll off, only after real work or while a job runs).
     pub heartbeat_interval: Duration,
     /// The fallback poll: how often each queue claims even without a notification (default
     /// 5 s). `None` turns it off: the worker then sends no statement at all while idle, and
@@ -174,6 +178,13 @@ impl WorkerConfig {
             ));
         }
         Ok(lease_us)
+    }
+
+    /// How long an outcome write (or its read-back) waits for the database's reply before
+    /// it is abandoned and its connection closed: one heartbeat interval (see
+    /// `worker/reply.rs`).
+    pub(crate) fn reply_timeout(&self) -> Duration {
+        self.heartbeat_interval
     }
 
     /// The reaper's settings.

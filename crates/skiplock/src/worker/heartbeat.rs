@@ -4,7 +4,9 @@
 //! and the job run twice). A running job whose renewal is refused is no longer this
 //! worker's: its handler is told (its context is cancelled) and its result will be dropped.
 //! A job whose row another session holds locked (busy) is tried again a few times within
-//! the beat, and is not counted lost. Sends nothing while no job runs.
+//! the beat, and is not counted lost. Sends nothing while no job runs. A beat with no reply
+//! within half the interval (a half-open connection) is abandoned with its connection; the
+//! next beat uses a new one (see `reply.rs`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -107,11 +109,24 @@ fn lost(shared: &Shared, (id, attempt): (JobId, i32)) {
     }
 }
 
+/// One renewal statement, abandoned (its connection closed) when no reply comes within half
+/// the heartbeat interval: a half-open connection must not hold the beat past the lease.
 async fn extend(shared: &Shared, held: &[(JobId, i32)]) -> Result<Vec<Verdict<()>>, Error> {
-    let conn = shared.client.conn("renew leases").await?;
-    shared
+    const OP: &str = "renew leases";
+    let conn = shared.client.conn(OP).await?;
+    let limit = super::reply::heartbeat(shared.cfg.heartbeat_interval);
+    let renew = shared
         .client
         .store()
-        .job_extend_many(&conn, held, shared.lease_us)
-        .await
+        .job_extend_many(&conn, held, shared.lease_us);
+    match tokio::time::timeout(limit, renew).await {
+        Ok(r) => r,
+        Err(_) => {
+            super::reply::abandon(shared, conn);
+            Err(Error::NoReply {
+                op: OP,
+                after: limit,
+            })
+        }
+    }
 }

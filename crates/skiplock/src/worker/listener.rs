@@ -9,6 +9,14 @@
 //! as while the connection is down, the worker polls (at the default interval if the poll
 //! was off) instead of waiting deaf forever.
 //!
+//! A connection that heard its self-test is checked again once per heartbeat interval (with
+//! the poll off, only after real work or while a job runs, so that an idle worker sends
+//! nothing): a new self-test that does not come back within [`PROBE_WAIT`] means the
+//! connection went silent (dropped without a reset: a half-open connection), and it is
+//! replaced. So a silently dropped LISTEN connection is noticed within one heartbeat interval
+//! plus [`PROBE_WAIT`]; an idle poll-off worker relies on the kernel instead (TCP keepalives
+//! and `tcp_user_timeout`, about a minute with skiplock's connection settings).
+//!
 //! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
 //! on this worker at once (their results are dropped); `pause:<queue>` and `resume:<queue>`
 //! tell that queue's producer of a pause (it stops asking) or a resume (it claims at once);
@@ -62,7 +70,11 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         crate::metrics::flag(crate::metrics::LISTENER_CONNECTED, false);
         went_deaf(&shared);
         match outcome {
-            Ok(()) => tracing::warn!("LISTEN connection closed; reconnecting"),
+            Ok(End::Closed) => tracing::warn!("LISTEN connection closed; reconnecting"),
+            Ok(End::Silent) => tracing::warn!(
+                wait = ?PROBE_WAIT,
+                "LISTEN connection went silent: its self-test did not come back; reconnecting"
+            ),
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "LISTEN connection failed; reconnecting")
             }
@@ -97,6 +109,14 @@ struct State {
     warned_deaf: bool,
 }
 
+/// Why a LISTEN connection ended without an error.
+enum End {
+    /// The server closed it.
+    Closed,
+    /// It heard its self-test once, then not again: nothing comes through any more.
+    Silent,
+}
+
 /// Where the self-test of the current connection stands.
 enum Probe {
     /// Being sent.
@@ -112,7 +132,7 @@ async fn listen_once(
     config: &tokio_postgres::Config,
     connector: &crate::tls::Connector,
     state: &mut State,
-) -> Result<(), tokio_postgres::Error> {
+) -> Result<End, tokio_postgres::Error> {
     let (client, mut conn) = connector.connect(config).await?;
     let channel = shared.client.schema().channel_quoted();
     let command = format!("LISTEN {channel}");
@@ -125,7 +145,7 @@ async fn listen_once(
             m = std::future::poll_fn(|cx| conn.poll_message(cx)) => match m {
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e),
-                None => return Ok(()),
+                None => return Ok(End::Closed),
             },
         }
     }
@@ -154,12 +174,27 @@ async fn listen_once(
     // can overtake the reply): a send future left pending would keep its pooled connection
     // checked out for as long as this connection lives.
     let mut sending = true;
+    // Set once this connection heard its self-test: from then on it is checked again once
+    // per heartbeat interval (see the module's comment).
+    let mut heard = false;
+    let check_every = shared.cfg.heartbeat_interval;
+    let mut next_check = Instant::now() + check_every;
+    let mut worked = shared.activity();
     loop {
         let deadline = match probe {
             Probe::Waiting(at) => Some(at),
             _ => None,
         };
+        let check = (heard && !sending && matches!(probe, Probe::Settled)).then_some(next_check);
         tokio::select! {
+            () = sleep_until(check) => {
+                next_check = Instant::now() + check_every;
+                if shared.worked_since(&mut worked) {
+                    send.set(send_probe(shared, &token));
+                    sending = true;
+                    probe = Probe::Sending;
+                }
+            }
             sent = &mut send, if sending => match sent {
                 _ if !matches!(probe, Probe::Sending) => sending = false,
                 Ok(()) => {
@@ -174,6 +209,9 @@ async fn listen_once(
                 }
             },
             () = sleep_until(deadline) => {
+                if heard {
+                    return Ok(End::Silent);
+                }
                 probe = Probe::Settled;
                 went_deaf(shared);
                 if !state.warned_deaf {
@@ -190,6 +228,8 @@ async fn listen_once(
                 Some(Ok(AsyncMessage::Notification(n))) => {
                     if n.payload() == token {
                         tracing::debug!("LISTEN self-test heard");
+                        heard = true;
+                        next_check = Instant::now() + check_every;
                         probe = Probe::Settled;
                         shared.set_listen_deaf(false);
                     } else {
@@ -198,7 +238,7 @@ async fn listen_once(
                 }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e),
-                None => return Ok(()),
+                None => return Ok(End::Closed),
             },
         }
     }
@@ -266,11 +306,17 @@ async fn send_probe(shared: &Shared, token: &str) -> Result<(), Error> {
     const OP: &str = "send the LISTEN self-test";
     let conn = shared.client.conn(OP).await?;
     let channel = shared.client.schema().channel();
-    shared
-        .client
-        .store()
-        .listen_probe(&conn, channel, token)
-        .await
+    let send = shared.client.store().listen_probe(&conn, channel, token);
+    match tokio::time::timeout(PROBE_WAIT, send).await {
+        Ok(r) => r,
+        Err(_) => {
+            super::reply::abandon(shared, conn);
+            Err(Error::NoReply {
+                op: OP,
+                after: PROBE_WAIT,
+            })
+        }
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {

@@ -21,6 +21,7 @@ mod listener;
 mod one;
 mod outbox;
 mod producer;
+mod reply;
 pub(crate) mod state;
 
 use std::collections::HashMap;

@@ -10,6 +10,7 @@ mod fencing;
 mod lifecycle;
 mod metrics;
 mod migrate;
+mod netfault;
 mod operations;
 mod outcomes;
 mod pause;
