@@ -37,6 +37,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                     "done": q.done, "failed": q.failed,
                     "oldest_ready_age_s": q.oldest_ready_age_s,
                     "finished_last_minute": q.finished_last_minute,
+                    "unserved": q.unserved,
                     "paused": q.paused,
                 })
             })

@@ -3,6 +3,9 @@
 -- table: cheap for a kept-small table, a sequential scan for a large one. A queued job with
 -- no attempt left (attempts >= max_attempts) is never claimed, so it is not ready (the
 -- reaper moves it to failed). A paused queue is listed even with no job (`paused`).
+-- `unserved`: queued jobs a worker handed back because it had no handler for their kind
+-- (job_finish_many.sql's `unserved` outcome, whose error starts with 'unserved: '), waiting
+-- for a worker that handles it.
 WITH j AS (
   SELECT queue,
          count(*) FILTER (WHERE status = 'queued')                         AS queued,
@@ -16,7 +19,9 @@ WITH j AS (
                           AND attempts < max_attempts)), 0)::float8
                                                                             AS oldest_ready_age_s,
          count(*) FILTER (WHERE status IN ('done', 'failed')
-                          AND finished_at > now() - interval '1 minute')   AS finished_last_minute
+                          AND finished_at > now() - interval '1 minute')   AS finished_last_minute,
+         count(*) FILTER (WHERE status = 'queued'
+                          AND last_error LIKE 'unserved: %')                AS unserved
   FROM {schema}.jobs
   GROUP BY queue
 )
@@ -28,6 +33,7 @@ SELECT coalesce(j.queue, p.name)                  AS queue,
        coalesce(j.failed, 0)                      AS failed,
        coalesce(j.oldest_ready_age_s, 0)::float8  AS oldest_ready_age_s,
        coalesce(j.finished_last_minute, 0)        AS finished_last_minute,
+       coalesce(j.unserved, 0)                    AS unserved,
        p.name IS NOT NULL                         AS paused
 FROM j
 FULL JOIN (SELECT name FROM {schema}.queues WHERE paused) p ON p.name = j.queue

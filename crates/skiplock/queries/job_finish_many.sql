@@ -17,6 +17,11 @@
 --                                                     place in line (and a periodic job its
 --                                                     fire time); max_attempts raised by one
 --                                                     as for a snooze
+--   unserved   the worker has no handler for the   -> queued after the delay (the worker's
+--              job's kind                             back-off for the kind), max_attempts
+--                                                     raised by one as for a snooze, and the
+--                                                     error kept, so that a worker that
+--                                                     handles the kind runs it
 --
 -- Returns one row per input element: n (its 1-based position), result, and for a written
 -- row its new status, run_at and the retry delay from now() in microseconds. result is
@@ -70,13 +75,13 @@ WITH o AS MATERIALIZED (
   SET status       = CASE
                        WHEN c.outcome = 'complete' THEN 'done'
                        WHEN c.outcome = 'discard' THEN 'failed'
-                       WHEN c.outcome IN ('snooze', 'hand_back') THEN 'queued'
+                       WHEN c.outcome IN ('snooze', 'hand_back', 'unserved') THEN 'queued'
                        WHEN j.attempts >= j.max_attempts THEN 'failed'
                        ELSE 'queued'
                      END,
       run_at       = CASE
                        WHEN c.outcome = 'hand_back' THEN j.run_at
-                       WHEN c.outcome = 'snooze'
+                       WHEN c.outcome IN ('snooze', 'unserved')
                          THEN now() + c.delay_us * interval '1 microsecond'
                        WHEN c.outcome = 'retry' AND j.attempts < j.max_attempts
                          THEN now() + least(c.cap_us::float8,
@@ -84,7 +89,7 @@ WITH o AS MATERIALIZED (
                                       * interval '1 microsecond'
                        ELSE j.run_at
                      END,
-      max_attempts = CASE WHEN c.outcome IN ('snooze', 'hand_back')
+      max_attempts = CASE WHEN c.outcome IN ('snooze', 'hand_back', 'unserved')
                           THEN least(j.max_attempts, 2147483646) + 1
                           ELSE j.max_attempts END,
       finished_at  = CASE
@@ -92,7 +97,7 @@ WITH o AS MATERIALIZED (
                        WHEN c.outcome = 'retry' AND j.attempts >= j.max_attempts THEN now()
                      END,
       locked_until = NULL,
-      last_error   = CASE WHEN c.outcome IN ('retry', 'discard') THEN c.error
+      last_error   = CASE WHEN c.outcome IN ('retry', 'discard', 'unserved') THEN c.error
                           ELSE j.last_error END
   FROM c
   WHERE c.verdict = 'write'

@@ -13,7 +13,7 @@
 //! | --- | --- | --- | --- |
 //! | [`JOBS_ENQUEUED`] | counter | `queue`, `kind` | jobs inserted by this process's client (a unique job's duplicate is not counted; inside the caller's transaction, counted when the insert ran, even if it later rolls back; a periodic schedule's fires, by the process that fired them, and `run_schedule_now`) |
 //! | [`JOBS_CLAIMED`] | counter | `queue` | jobs this worker claimed |
-//! | [`JOBS_FINISHED`] | counter | `queue`, `kind`, `outcome`, `state` | attempts of this worker that ended: `outcome` is what was written (`complete`, `retry`, `discard`, `snooze`, `hand_back`) or `lost` (the result was refused or dropped: the job was no longer this worker's); `state` is the state the job went to (`done`, `queued`, `failed`; `none` for `lost`) |
+//! | [`JOBS_FINISHED`] | counter | `queue`, `kind`, `outcome`, `state` | attempts of this worker that ended: `outcome` is what was written (`complete`, `retry`, `discard`, `snooze`, `hand_back`, `unserved`) or `lost` (the result was refused or dropped: the job was no longer this worker's); `state` is the state the job went to (`done`, `queued`, `failed`; `none` for `lost`) |
 //! | [`JOB_RUN`] | histogram | `queue`, `kind` | how long each handler ran, seconds |
 //! | [`JOB_QUEUE_WAIT`] | histogram | `queue` | from a job's `run_at` to its claim, seconds (by the database's clock) |
 //! | [`CLAIM_DURATION`] | histogram | `queue` | how long each claim statement took, seconds, including getting a connection |
@@ -23,6 +23,7 @@
 //! | [`HEARTBEAT_RENEWED`] | counter | | leases renewed |
 //! | [`HEARTBEAT_LOST`] | counter | | renewals refused: the job was no longer this worker's |
 //! | [`HEARTBEAT_ERRORS`] | counter | | heartbeat rounds whose statement failed |
+//! | [`JOBS_UNSERVED`] | counter | `queue`, `kind` | jobs this worker handed back, at no cost in attempts, because it has no handler for their kind |
 //! | [`JOBS_REAPED`] | counter | `state` | jobs with expired leases this worker's reaper moved: back to `queued`, or to `failed` (no attempt left) |
 //! | [`LISTENER_CONNECTED`] | gauge | | 1 while the worker's LISTEN connection is up, else 0 |
 //! | [`POLLING_FALLBACK`] | gauge | | 1 while the worker polls because its LISTEN connection cannot be relied on |
@@ -36,6 +37,7 @@
 //! | --- | --- | --- | --- |
 //! | [`JOBS`] | gauge | `queue`, `state` | jobs per queue and state (`queued`, `running`, `done`, `failed`) |
 //! | [`JOBS_READY`] | gauge | `queue` | queued jobs that are due and have an attempt left |
+//! | [`JOBS_UNSERVED_WAITING`] | gauge | `queue` | queued jobs a worker handed back for want of a handler for their kind, waiting for one that handles it |
 //! | [`OLDEST_READY_AGE`] | gauge | `queue` | age of the oldest ready job, seconds (0 when none) |
 //! | [`QUEUE_PAUSED`] | gauge | `queue` | 1 while the queue is paused |
 //! | [`TABLE_DEAD_TUPLES`] | gauge | | the jobs table's dead row versions |
@@ -77,6 +79,10 @@ pub const HEARTBEAT_LOST: &str = "skiplock_heartbeat_lost_total";
 pub const HEARTBEAT_ERRORS: &str = "skiplock_heartbeat_errors_total";
 /// Jobs the reaper moved.
 pub const JOBS_REAPED: &str = "skiplock_jobs_reaped_total";
+/// Jobs handed back for want of a handler for their kind.
+pub const JOBS_UNSERVED: &str = "skiplock_jobs_unserved_total";
+/// Queued jobs waiting for a worker that handles their kind.
+pub const JOBS_UNSERVED_WAITING: &str = "skiplock_jobs_unserved_waiting";
 /// The LISTEN connection is up.
 pub const LISTENER_CONNECTED: &str = "skiplock_listener_connected";
 /// The worker polls instead of relying on LISTEN.
@@ -146,6 +152,16 @@ pub fn describe() {
     );
     describe_gauge!(JOBS, Unit::Count, "Jobs per queue and state.");
     describe_gauge!(JOBS_READY, Unit::Count, "Due queued jobs per queue.");
+    describe_counter!(
+        JOBS_UNSERVED,
+        Unit::Count,
+        "Jobs this worker handed back because it has no handler for their kind."
+    );
+    describe_gauge!(
+        JOBS_UNSERVED_WAITING,
+        Unit::Count,
+        "Queued jobs waiting for a worker that handles their kind."
+    );
     describe_gauge!(
         OLDEST_READY_AGE,
         Unit::Seconds,

@@ -25,7 +25,16 @@ pub(crate) enum Outcome {
     /// The job was claimed or running when the worker stopped: back to `queued` at once, at
     /// no cost in attempts.
     HandBack,
+    /// This worker has no handler for the job's kind: back to `queued` after `delay` (the
+    /// worker's back-off for that kind), at no cost in attempts, with `error` (which starts
+    /// with [`UNSERVED_PREFIX`]) in `last_error`, so that a worker that handles the kind runs
+    /// it and the operator sees why it waits.
+    Unserved { error: String, delay: Duration },
 }
+
+/// How `last_error` starts for a job handed back because its worker had no handler for its
+/// kind: `stats` and the metrics count queued jobs whose error starts so.
+pub(crate) const UNSERVED_PREFIX: &str = "unserved: ";
 
 impl Outcome {
     /// A retryable error; `error` is made storable (see [`input::error_message`]).
@@ -40,6 +49,14 @@ impl Outcome {
     pub(crate) fn discard(error: &str) -> Outcome {
         Outcome::Discard {
             error: input::error_message(error),
+        }
+    }
+
+    /// A job of a kind the worker has no handler for, handed back after `delay`.
+    pub(crate) fn unserved(error: &str, delay: Duration) -> Outcome {
+        Outcome::Unserved {
+            error: input::error_message(&format!("{UNSERVED_PREFIX}{error}")),
+            delay: delay.min(input::MAX_DELAY),
         }
     }
 
@@ -58,18 +75,24 @@ impl Outcome {
             Outcome::Discard { .. } => "discard",
             Outcome::Snooze { .. } => "snooze",
             Outcome::HandBack => "hand_back",
+            Outcome::Unserved { .. } => "unserved",
         }
     }
 
     /// Whether the job goes back to the queue at no cost in attempts (a snooze, a hand-back).
     pub(crate) fn is_requeue(&self) -> bool {
-        matches!(self, Outcome::Snooze { .. } | Outcome::HandBack)
+        matches!(
+            self,
+            Outcome::Snooze { .. } | Outcome::HandBack | Outcome::Unserved { .. }
+        )
     }
 
     /// The error text to keep in `last_error` (empty for outcomes that keep the old one).
     pub(crate) fn error(&self) -> &str {
         match self {
-            Outcome::Retry { error, .. } | Outcome::Discard { error } => error,
+            Outcome::Retry { error, .. }
+            | Outcome::Discard { error }
+            | Outcome::Unserved { error, .. } => error,
             _ => "",
         }
     }
@@ -77,15 +100,17 @@ impl Outcome {
     /// The error text, for escaping it when the database's encoding cannot store it.
     pub(crate) fn error_mut(&mut self) -> Option<&mut String> {
         match self {
-            Outcome::Retry { error, .. } | Outcome::Discard { error } => Some(error),
+            Outcome::Retry { error, .. }
+            | Outcome::Discard { error }
+            | Outcome::Unserved { error, .. } => Some(error),
             _ => None,
         }
     }
 
-    /// The requeue delay in microseconds (zero but for a snooze).
+    /// The requeue delay in microseconds (zero but for a snooze or an unserved kind).
     pub(crate) fn delay_us(&self) -> i64 {
         match self {
-            Outcome::Snooze { delay } => micros(*delay),
+            Outcome::Snooze { delay } | Outcome::Unserved { delay, .. } => micros(*delay),
             _ => 0,
         }
     }
@@ -116,6 +141,7 @@ mod tests {
             Outcome::discard("x"),
             Outcome::snooze(Duration::from_secs(1)),
             Outcome::HandBack,
+            Outcome::unserved("x", Duration::from_secs(1)),
         ] {
             let word = format!("'{}'", o.sql_name());
             assert!(sql.contains(&word), "{word} is not in job_finish_many.sql");

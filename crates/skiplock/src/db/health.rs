@@ -63,6 +63,7 @@ async fn queues<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueHe
                 failed: r.try_get("failed")?,
                 oldest_ready_age_s: r.try_get("oldest_ready_age_s")?,
                 finished_last_minute: r.try_get("finished_last_minute")?,
+                unserved: r.try_get("unserved")?,
                 paused: r.try_get("paused")?,
             })
         })

@@ -36,6 +36,14 @@ impl Client {
                 ));
             }
         }
+        for q in queues.iter().filter(|q| q.unserved > 0) {
+            warnings.push(format!(
+                "queue {}: {} queued job(s) wait for a worker that handles their kind (a worker \
+                 without a handler for it handed them back; their last error names the kind): \
+                 run a worker that registers it",
+                q.queue, q.unserved
+            ));
+        }
         Ok(HealthReport {
             queues,
             table,

@@ -23,6 +23,10 @@ pub struct QueueHealth {
     pub oldest_ready_age_s: f64,
     /// Jobs that finished (done or failed) in the last minute.
     pub finished_last_minute: i64,
+    /// Queued jobs that a worker handed back because it had no handler for their kind, and
+    /// that no worker has run since: they wait for a worker that handles their kind (their
+    /// `last_error` names the kind and the kinds that worker handles).
+    pub unserved: i64,
     /// Whether the queue is paused (see [`Client::pause_queue`](crate::Client::pause_queue)); a paused queue is listed
     /// even when it has no job.
     pub paused: bool,

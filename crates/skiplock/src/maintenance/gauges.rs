@@ -104,6 +104,7 @@ pub(crate) async fn run_once(
             gauge!(m::JOBS, "queue" => name.clone(), "state" => state).set(n as f64);
         }
         gauge!(m::JOBS_READY, "queue" => name.clone()).set(q.ready as f64);
+        gauge!(m::JOBS_UNSERVED_WAITING, "queue" => name.clone()).set(q.unserved as f64);
         gauge!(m::OLDEST_READY_AGE, "queue" => name.clone()).set(q.oldest_ready_age_s);
         m::flag_labelled(m::QUEUE_PAUSED, &name, q.paused);
         seen.insert(name);
@@ -113,6 +114,7 @@ pub(crate) async fn run_once(
             gauge!(m::JOBS, "queue" => gone.clone(), "state" => state).set(0.0);
         }
         gauge!(m::JOBS_READY, "queue" => gone.clone()).set(0.0);
+        gauge!(m::JOBS_UNSERVED_WAITING, "queue" => gone.clone()).set(0.0);
         gauge!(m::OLDEST_READY_AGE, "queue" => gone.clone()).set(0.0);
         m::flag_labelled(m::QUEUE_PAUSED, gone, false);
     }

@@ -378,6 +378,7 @@ fn written_before(f: &Finish, row: &crate::job::JobRow) -> Option<JobState> {
             matches!(row.state, JobState::Queued | JobState::Failed) && own_error
         }
         Outcome::Snooze { .. } | Outcome::HandBack => row.state == JobState::Queued,
+        Outcome::Unserved { .. } => row.state == JobState::Queued && own_error,
     };
     ok.then_some(row.state)
 }

@@ -112,12 +112,16 @@ pub(crate) async fn run(
             if kinds.is_empty() {
                 kinds.push_str("none");
             }
-            return Outcome::retry(
+            // Not this worker's to run: back to the queue at no cost in attempts, for a worker
+            // that handles the kind, after this worker's back-off for the kind.
+            return Outcome::unserved(
                 &format!(
-                    "unknown job kind {:?}: this worker has no handler for it (it handles: {kinds})",
-                    job.kind
+                    "no handler for job kind {:?} in the worker with pid {} (it handles: {kinds}); \
+                     waiting for a worker that handles it",
+                    job.kind,
+                    std::process::id(),
                 ),
-                backoff,
+                shared.unserved_delay(&job.kind),
             );
         };
         let ctx = JobContext {
@@ -192,6 +196,15 @@ pub(crate) async fn run(
         Outcome::Discard { error } => tracing::warn!(error = %error, "failed permanently"),
         Outcome::Snooze { delay } => tracing::info!(after = ?delay, "snoozed: back to the queue"),
         Outcome::HandBack => tracing::info!("shutdown: back to the queue"),
+        Outcome::Unserved { error, delay } => {
+            ::metrics::counter!(
+                crate::metrics::JOBS_UNSERVED,
+                "queue" => job.queue.clone(),
+                "kind" => job.kind.clone()
+            )
+            .increment(1);
+            tracing::warn!(after = ?delay, error = %error, "no handler for this kind: back to the queue");
+        }
     }
     send(&shared, &job, outcome);
 }

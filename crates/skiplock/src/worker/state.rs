@@ -200,9 +200,31 @@ pub(crate) struct Shared {
     pub lease_us: i64,
     /// Woken by a notification that the schedules changed (see [`crate::periodic`]).
     pub schedules_changed: Notify,
+    /// How many jobs of each kind without a handler this worker handed back (the back-off
+    /// of the next: see [`Shared::unserved_delay`]).
+    pub unserved: Mutex<HashMap<String, u32>>,
 }
 
 impl Shared {
+    /// The first wait before a job of a kind this worker has no handler for is claimable
+    /// again; each further one of the kind doubles it, up to [`Shared::UNSERVED_MAX_DELAY`].
+    pub(crate) const UNSERVED_FIRST_DELAY: Duration = Duration::from_secs(1);
+    /// The longest such wait.
+    pub(crate) const UNSERVED_MAX_DELAY: Duration = Duration::from_secs(60);
+
+    /// The wait before a job of `kind`, which this worker cannot run, is claimable again: a
+    /// per-kind back-off, so that a worker that serves a queue with such jobs claims each of
+    /// them at most about once a minute, and a worker that handles the kind gets it soon.
+    pub(crate) fn unserved_delay(&self, kind: &str) -> Duration {
+        let mut seen = self.unserved.lock().unwrap_or_else(|e| e.into_inner());
+        let n = seen.entry(kind.to_owned()).or_insert(0);
+        let delay = Self::UNSERVED_FIRST_DELAY
+            .saturating_mul(1u32 << (*n).min(16))
+            .min(Self::UNSERVED_MAX_DELAY);
+        *n = n.saturating_add(1);
+        delay
+    }
+
     pub(crate) fn note_activity(&self) {
         self.activity.fetch_add(1, Ordering::Relaxed);
     }

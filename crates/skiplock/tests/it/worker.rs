@@ -1085,3 +1085,75 @@ async fn the_builder_refuses_unbounded_durations() {
         assert!(e.to_string().contains(what), "{what}: {e}");
     }
 }
+
+/// A typed worker that claims a job of a kind it has no handler for spends none of its
+/// attempts: the job goes back to the queue after the worker's back-off for the kind, with
+/// the kind named in `last_error`; the health report (and so `stats`) counts it as waiting
+/// for a worker that handles its kind; such a worker then runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_without_a_handler_costs_no_attempt_and_waits_for_a_worker_that_has_one() {
+    let b = setup().await;
+    let other = b
+        .client
+        .enqueue(&NewJob::new("b", &1).max_attempts(1))
+        .await
+        .unwrap();
+    let w = Worker::builder(
+        client(&b, "only-a"),
+        Registry::new().register_handler("a", JobOptions::default(), noop()),
+    )
+    .queue("default", 2)
+    .build()
+    .unwrap();
+    let mut events = w.events();
+    let (stop, handle) = spawn_worker(w);
+    assert_eq!(
+        finished(&mut events, Duration::from_secs(10), other).await,
+        JobEnd::Requeued
+    );
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+    let row = b.client.get(other).await.unwrap().unwrap();
+    assert_eq!(row.state, JobState::Queued, "{row:?}");
+    assert!(
+        row.attempts < row.max_attempts,
+        "an attempt was spent: {row:?}"
+    );
+    let error = row.last_error.clone().unwrap_or_default();
+    assert!(
+        error.starts_with("unserved: no handler for job kind \"b\"")
+            && error.contains("it handles: a"),
+        "{error}"
+    );
+    assert!(row.run_at > std::time::SystemTime::now() - Duration::from_millis(500));
+    let health = b.client.health(Duration::from_secs(60)).await.unwrap();
+    let q = health.queues.iter().find(|q| q.queue == "default").unwrap();
+    assert_eq!((q.queued, q.unserved), (1, 1));
+    assert!(
+        health
+            .warnings
+            .iter()
+            .any(|w| w.contains("wait for a worker that handles their kind")),
+        "{:?}",
+        health.warnings
+    );
+
+    let w = Worker::builder(
+        client(&b, "has-b"),
+        Registry::new().register_handler("b", JobOptions::default(), noop()),
+    )
+    .queue("default", 2)
+    .build()
+    .unwrap();
+    let mut events = w.events();
+    let (stop, handle) = spawn_worker(w);
+    assert_eq!(
+        finished(&mut events, Duration::from_secs(10), other).await,
+        JobEnd::Done
+    );
+    stop.send(()).unwrap();
+    handle.await.unwrap();
+    let health = b.client.health(Duration::from_secs(60)).await.unwrap();
+    let q = health.queues.iter().find(|q| q.queue == "default").unwrap();
+    assert_eq!((q.done, q.unserved), (1, 0));
+}
