@@ -50,7 +50,7 @@ pub struct Args {
     addr: String,
     /// Also answer requests whose Host header names this host (repeat it, or separate names
     /// with commas). Without credentials the dashboard answers only loopback names
-    /// (localhost, 127.0.0.0/8, [::1]) and --addr's host; with credentials it answers any
+    /// (localhost, 127.0.0.0/8, `[::1]`) and --addr's host; with credentials it answers any
     /// host unless names are given here, and then only these and the loopback ones.
     #[arg(
         long = "allowed-host",
