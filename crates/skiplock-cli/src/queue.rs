@@ -22,13 +22,13 @@ enum Action {
     },
     /// Pause a queue for EVERY worker of it on this database and schema, in every process
     /// and deployment (not only one): none claims from it until it is resumed. Running jobs
-    /// finish; new jobs wait. Workers started meanwhile stay paused. A queue that no queued
-    /// or running job names and that was never paused is refused (most often a typo) unless
+    /// finish; new jobs wait. Workers started meanwhile stay paused. A queue that no job
+    /// names and that was never paused is refused (most often a typo) unless
     /// --create is given.
     Pause {
         /// The queue.
         name: String,
-        /// Pause the queue even if no queued or running job names it and it was never paused
+        /// Pause the queue even if no job names it and it was never paused
         /// (to pause a queue before its first job arrives).
         #[arg(long)]
         create: bool,
@@ -106,7 +106,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         } => {
             if !create && !client.queue_known(&name).await.map_err(hint)? {
                 return Err(usage(format!(
-                    "queue {name} is unknown: no queued or running job names it and it was \
+                    "queue {name} is unknown: no job names it and it was \
                      never paused; check the name (`skiplock queue list`), or pass --create to \
                      pause it before its first job"
                 )));

@@ -182,11 +182,11 @@ async fn an_unreachable_database_is_a_clear_error() {
 }
 
 /// `Client::queue_known` (what `skiplock queue pause` asks before pausing): a queue is known
-/// when a `queues` row or a queued or running job names it, read by index probes only, so
+/// when a `queues` row or a job in any state names it, read by index probes only, so
 /// that the answer costs the same on a table of finished history; a bad name is refused
 /// before any SQL.
 #[tokio::test]
-async fn a_queue_is_known_by_its_queues_row_or_a_live_job_through_index_probes() {
+async fn a_queue_is_known_by_its_queues_row_or_a_job_through_index_probes() {
     let b = setup().await;
     assert!(!b.client.queue_known("mail").await.unwrap());
     assert_invalid(
@@ -209,7 +209,8 @@ async fn a_queue_is_known_by_its_queues_row_or_a_live_job_through_index_probes()
     assert!(b.client.queue_known("paused-only").await.unwrap());
     assert!(!b.client.queue_known("typo").await.unwrap());
 
-    // 20,000 finished rows of another queue, analyzed: the probe scans no table.
+    // 20,000 finished rows of another queue, analyzed: the probe scans no table, and a queue
+    // known from its history alone is known.
     b.raw
         .batch_execute(
             "INSERT INTO jobs (queue, kind, payload, status, attempts, finished_at) \
@@ -231,9 +232,12 @@ async fn a_queue_is_known_by_its_queues_row_or_a_live_job_through_index_probes()
     let text = plan.to_string();
     assert!(!text.contains("Seq Scan"), "{plan:#}");
     assert!(
-        text.contains("jobs_ready_idx") && text.contains("jobs_lease_idx"),
+        text.contains("jobs_ready_idx")
+            && text.contains("jobs_lease_idx")
+            && text.contains("jobs_finished_idx"),
         "{plan:#}"
     );
+    assert!(b.client.queue_known("history").await.unwrap());
 }
 
 /// A refused worker setting or payload says what to do in plain words, naming no Rust item
