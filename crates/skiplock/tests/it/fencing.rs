@@ -537,22 +537,31 @@ async fn a_cancelled_running_job_is_not_claimable_before_its_lease_ends() {
         b.client.extend(id, j.attempt, lease).await.unwrap(),
         Transition::Lost
     );
+    let again = claim_after(&b, j.locked_until, lease).await;
+    assert_eq!((again.id, again.attempt), (id, 2));
+    assert!(l.rx.try_recv().is_err(), "no other notification");
+}
+
+/// Waits until `until` (a lease's end), then claims from the default queue until a job comes
+/// (for up to 5 s): the one claimed.
+async fn claim_after(
+    b: &Bundle,
+    until: std::time::SystemTime,
+    lease: Duration,
+) -> skiplock::ClaimedJob {
     tokio::time::sleep(
-        j.locked_until
+        until
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default(),
     )
     .await;
-    let mut again = Vec::new();
     for _ in 0..50 {
-        again = b.client.claim("default", 1, lease).await.unwrap();
-        if !again.is_empty() {
-            break;
+        if let Some(j) = b.client.claim("default", 1, lease).await.unwrap().pop() {
+            return j;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!((again[0].id, again[0].attempt), (id, 2));
-    assert!(l.rx.try_recv().is_err(), "no other notification");
+    panic!("nothing claimable 5 s after the lease's end");
 }
 
 /// No writer makes a cancelled job claimable while the cancelled attempt's lease may still
@@ -615,21 +624,8 @@ async fn no_retry_or_replace_makes_a_cancelled_job_ready_before_its_lease_ends()
     assert_eq!((row.get::<_, i64>(0), row.get::<_, bool>(1)), (id.0, false));
     not_claimable("SQL enqueue_unique() with on_conflict => 'replace'").await;
 
-    tokio::time::sleep(
-        j.locked_until
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or_default(),
-    )
-    .await;
-    let mut again = Vec::new();
-    for _ in 0..50 {
-        again = b.client.claim("default", 1, lease).await.unwrap();
-        if !again.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!((again[0].id, again[0].attempt), (id, 2));
+    let again = claim_after(&b, j.locked_until, lease).await;
+    assert_eq!((again.id, again.attempt), (id, 2));
 }
 
 /// A queued job with no attempt left is failed by the reaper with a clear reason, and is not

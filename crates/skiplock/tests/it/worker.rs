@@ -1098,21 +1098,25 @@ async fn a_kind_without_a_handler_costs_no_attempt_and_waits_for_a_worker_that_h
         .enqueue(&NewJob::new("b", &1).max_attempts(1))
         .await
         .unwrap();
-    let w = Worker::builder(
-        client(&b, "only-a"),
-        Registry::new().register_handler("a", JobOptions::default(), noop()),
-    )
-    .queue("default", 2)
-    .build()
-    .unwrap();
-    let mut events = w.events();
-    let (stop, handle) = spawn_worker(w);
-    assert_eq!(
-        finished(&mut events, Duration::from_secs(10), other).await,
-        JobEnd::Requeued
-    );
-    stop.send(()).unwrap();
-    handle.await.unwrap();
+    // A worker with a handler for `kind` only, until job `other` ends once: how it ended.
+    let serve_until_it_ends = |kind: &'static str| {
+        let w = Worker::builder(
+            client(&b, kind),
+            Registry::new().register_handler(kind, JobOptions::default(), noop()),
+        )
+        .queue("default", 2)
+        .build()
+        .unwrap();
+        async move {
+            let mut events = w.events();
+            let (stop, handle) = spawn_worker(w);
+            let end = finished(&mut events, Duration::from_secs(10), other).await;
+            stop.send(()).unwrap();
+            handle.await.unwrap();
+            end
+        }
+    };
+    assert_eq!(serve_until_it_ends("a").await, JobEnd::Requeued);
     let row = b.client.get(other).await.unwrap().unwrap();
     assert_eq!(row.state, JobState::Queued, "{row:?}");
     assert!(
@@ -1138,21 +1142,7 @@ async fn a_kind_without_a_handler_costs_no_attempt_and_waits_for_a_worker_that_h
         health.warnings
     );
 
-    let w = Worker::builder(
-        client(&b, "has-b"),
-        Registry::new().register_handler("b", JobOptions::default(), noop()),
-    )
-    .queue("default", 2)
-    .build()
-    .unwrap();
-    let mut events = w.events();
-    let (stop, handle) = spawn_worker(w);
-    assert_eq!(
-        finished(&mut events, Duration::from_secs(10), other).await,
-        JobEnd::Done
-    );
-    stop.send(()).unwrap();
-    handle.await.unwrap();
+    assert_eq!(serve_until_it_ends("b").await, JobEnd::Done);
     let health = b.client.health(Duration::from_secs(60)).await.unwrap();
     let q = health.queues.iter().find(|q| q.queue == "default").unwrap();
     assert_eq!((q.done, q.unserved), (1, 0));
