@@ -17,18 +17,26 @@
 -- InitPlan under a one-time filter): a paused queue costs one primary-key probe and no index
 -- scan, and the claim's plan and cost are otherwise unchanged. A claim whose snapshot was
 -- taken before the pause committed may still take jobs; none that starts after it does.
+--
+-- A queue with a limit (concurrency, per key or rate: migration 11) is claimed by the second
+-- branch instead, {schema}.claim_limited(), which counts slots and starts under the queue's
+-- row lock. Both branches test the queue's row once per claim (one-time filters): exactly
+-- one of them runs, and an unlimited queue's claim has the plan and cost it had before.
+-- Held jobs (waiting for their turn in a sequence) are outside the ready index.
 WITH next AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
   WHERE queue = $1
     AND status = 'queued'
+    AND held IS NULL
     AND run_at <= now()
     AND attempts < max_attempts
-    AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.paused)
+    AND NOT EXISTS (SELECT 1 FROM {schema}.queues q
+                    WHERE q.name = $1 AND (q.paused OR q.limited))
   ORDER BY priority, run_at, id
   LIMIT $2
   FOR UPDATE SKIP LOCKED
-)
+), claimed AS (
 UPDATE {schema}.jobs j
 SET status       = 'running',
     attempts     = j.attempts + 1,
@@ -40,3 +48,8 @@ FROM next
 WHERE j.id = next.id
 RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,
           j.priority, j.run_at, j.created_at, j.locked_until
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM {schema}.claim_limited($1, $2, $3)
+WHERE EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND q.limited AND NOT q.paused)

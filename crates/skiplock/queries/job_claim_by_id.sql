@@ -2,7 +2,8 @@
 -- `skiplock::testing::run_job`. The same SET list as job_claim.sql (attempts + 1 as the
 -- fencing token, the lease, the unique key given up as the job starts), but neither the
 -- job's run_at nor a pause of its queue holds it back: a test runs the job it names, now.
--- SKIP LOCKED: a row another session holds is not waited for; nothing is claimed.
+-- SKIP LOCKED: a row another session holds is not waited for; nothing is claimed. A held
+-- job (waiting for its turn in a sequence) is run too, and is no longer held.
 WITH next AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
@@ -15,7 +16,8 @@ UPDATE {schema}.jobs j
 SET status       = 'running',
     attempts     = j.attempts + 1,
     locked_until = now() + $2::int8 * interval '1 microsecond',
-    unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END
+    unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END,
+    held         = NULL
 FROM next
 WHERE j.id = next.id
 RETURNING j.id, j.queue, j.kind, j.payload::text AS payload, j.attempts, j.max_attempts,

@@ -35,6 +35,14 @@
 -- included, learns of them (it claims, or looks up when the next job is due); a batch of
 -- completions only sends none. `woken` runs because the final SELECT reads it.
 --
+-- A limited queue (migration 11) whose last claim left ready jobs behind for want of a slot
+-- (`limit_bound = 'slots'`) gets one notification too: a slot freed. Its `queues` row is
+-- read under FOR KEY SHARE, which waits for a claim of that queue in flight (it holds the
+-- row FOR UPDATE) and then reads what it decided, so a claim that ends up bound is never
+-- missed; and a claim that starts after this lock waits for this commit, so it sees the
+-- slot free. An unlimited queue's row is not locked (it is filtered out first), and for it
+-- nothing changes.
+--
 -- How: the input is sorted by id and each element locks its row with one primary-key probe
 -- (a LATERAL subquery, so the plan cannot be anything but one probe per element: the input
 -- is never rescanned per row, whatever the statistics say about running jobs). SKIP LOCKED:
@@ -104,9 +112,16 @@ WITH o AS MATERIALIZED (
     AND j.id = c.id
   RETURNING c.n, j.status, j.run_at, j.queue,
             (extract(epoch FROM j.run_at - now()) * 1000000)::int8 AS retry_in_us
+), bound AS MATERIALIZED (
+  SELECT q.name, q.limit_bound
+  FROM {schema}.queues q
+  WHERE q.name IN (SELECT DISTINCT queue FROM written) AND q.limited
+  FOR KEY SHARE OF q
 ), woken AS (
   SELECT pg_notify({channel}, q.queue)
-  FROM (SELECT DISTINCT queue FROM written WHERE status = 'queued') q
+  FROM (SELECT queue FROM written WHERE status = 'queued'
+        UNION
+        SELECT name FROM bound WHERE limit_bound = 'slots') q
 )
 SELECT n, 'written' AS result, status, run_at, retry_in_us FROM written
 WHERE (SELECT count(*) FROM woken) >= 0

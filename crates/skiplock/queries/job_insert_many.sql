@@ -4,11 +4,14 @@
 -- 65,535 parameters per statement, unnest has no such limit). The columns are those of
 -- job_insert.sql, in the same order. The statement-level trigger sends one notification per
 -- distinct queue, however many rows this inserts.
-INSERT INTO {schema}.jobs (queue, kind, payload, priority, max_attempts, run_at)
+INSERT INTO {schema}.jobs (queue, kind, payload, priority, max_attempts, run_at, key, sequence)
 SELECT j.queue, j.kind, j.payload::jsonb, j.priority, j.max_attempts,
        coalesce('epoch'::timestamptz + j.run_at_us * interval '1 microsecond',
-                now() + j.delay_us * interval '1 microsecond')
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int4[], $6::int8[], $7::int8[])
-     WITH ORDINALITY AS j(queue, kind, payload, priority, max_attempts, run_at_us, delay_us, n)
+                now() + j.delay_us * interval '1 microsecond'),
+       j.key, j.sequence
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int4[], $6::int8[], $7::int8[],
+            $8::text[], $9::text[])
+     WITH ORDINALITY AS j(queue, kind, payload, priority, max_attempts, run_at_us, delay_us,
+                          key, sequence, n)
 ORDER BY j.n
 RETURNING id

@@ -5,7 +5,8 @@
 -- The columns of job_insert_many.sql, then per job: $8 what makes jobs the same ('key',
 -- 'args' or 'fields'), $9 the field names as a JSON array (for 'fields'), $10 the explicit
 -- key (for 'key'), $11 whether the queue is part of the key, $12 the time bucket in
--- microseconds (0: none), $13 whether the job may queue behind a running duplicate.
+-- microseconds (0: none), $13 whether the job may queue behind a running duplicate, $14 the
+-- job's key and $15 its sequence (migration 11).
 --
 -- The key comes from unique_key() (migration 6), in the database, so the time bucket follows
 -- the database's clock. Elements with the same key are inserted once (the first in input
@@ -23,20 +24,23 @@ WITH src AS MATERIALIZED (
                              ARRAY(SELECT jsonb_array_elements_text(j.fields::jsonb)),
                              j.key, j.period_us) AS ukey
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int2[], $5::int4[], $6::int8[], $7::int8[],
-              $8::text[], $9::text[], $10::text[], $11::bool[], $12::int8[], $13::bool[])
+              $8::text[], $9::text[], $10::text[], $11::bool[], $12::int8[], $13::bool[],
+              $14::text[], $15::text[])
        WITH ORDINALITY AS j(queue, kind, payload, priority, max_attempts, run_at_us, delay_us,
-                            unique_by, fields, key, by_queue, period_us, queued_only, n)
+                            unique_by, fields, key, by_queue, period_us, queued_only,
+                            job_key, sequence, n)
 ), firsts AS MATERIALIZED (
   SELECT DISTINCT ON (ukey) *
   FROM src
   ORDER BY ukey, n
 ), ins AS (
   INSERT INTO {schema}.jobs
-    (queue, kind, payload, priority, max_attempts, run_at, unique_key, unique_queued_only)
+    (queue, kind, payload, priority, max_attempts, run_at, unique_key, unique_queued_only,
+     key, sequence)
   SELECT f.queue, f.kind, f.payload::jsonb, f.priority, f.max_attempts,
          coalesce('epoch'::timestamptz + f.run_at_us * interval '1 microsecond',
                   now() + f.delay_us * interval '1 microsecond'),
-         f.ukey, f.queued_only
+         f.ukey, f.queued_only, f.job_key, f.sequence
   FROM firsts f
   ORDER BY f.n
   ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running')

@@ -46,9 +46,17 @@ SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'qu
 FROM doomed d
 WHERE j.id = d.id
 RETURNING j.id, j.status, j.attempts, j.queue
+), bound AS MATERIALIZED (
+  -- A limited queue waiting for a slot learns that one freed (see job_finish_many.sql).
+  SELECT q.name, q.limit_bound
+  FROM {schema}.queues q
+  WHERE q.name IN (SELECT DISTINCT queue FROM reaped) AND q.limited
+  FOR KEY SHARE OF q
 ), woken AS (
   SELECT pg_notify({channel}, q.queue)
-  FROM (SELECT DISTINCT queue FROM reaped WHERE status = 'queued') q
+  FROM (SELECT queue FROM reaped WHERE status = 'queued'
+        UNION
+        SELECT name FROM bound WHERE limit_bound = 'slots') q
 )
 -- Referencing `woken` makes it run (a plain SELECT in WITH runs only when read).
 SELECT id, status, attempts

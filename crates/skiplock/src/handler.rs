@@ -62,6 +62,18 @@ pub trait Job: Serialize + DeserializeOwned + Send + 'static {
         JobOptions::default()
     }
 
+    /// The key [`NewJob::of`] gives this job (default none): what a queue's per-key limit
+    /// counts, for example the tenant or the API host it calls. See [`NewJob::key`].
+    fn key(&self) -> Option<String> {
+        None
+    }
+
+    /// The sequence [`NewJob::of`] puts this job in (default none): jobs of one sequence run
+    /// one at a time, in enqueue order. See [`NewJob::sequence`].
+    fn sequence(&self) -> Option<String> {
+        None
+    }
+
     /// Runs one attempt. `Ok` marks the job done; see [`JobError`] for the rest. A panic is
     /// caught and counts as a retryable error.
     fn run(self, ctx: JobContext) -> impl Future<Output = Result<(), JobError>> + Send;
@@ -330,10 +342,14 @@ impl fmt::Debug for Registry {
 }
 
 impl NewJob {
-    /// A job of type `J`: its kind, default queue and `max_attempts` come from the type.
+    /// A job of type `J`: its kind, default queue and `max_attempts` come from the type, and
+    /// its key and sequence from [`Job::key`] and [`Job::sequence`].
     pub fn of<J: Job>(job: &J) -> NewJob {
-        NewJob::new(J::KIND, job)
+        let mut j = NewJob::new(J::KIND, job)
             .queue(J::QUEUE)
-            .max_attempts(J::options().max_attempts)
+            .max_attempts(J::options().max_attempts);
+        j.key = job.key();
+        j.sequence = job.sequence();
+        j
     }
 }

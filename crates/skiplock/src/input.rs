@@ -37,6 +37,13 @@ pub fn kind_name(name: &str) -> Result<()> {
     name_rule("job kind", name, &['_', '.', ':', '-'])
 }
 
+/// A job's key (what a queue's per-key limit counts) or sequence (whose members run one at
+/// a time, in order): 1 to 128 characters from `[A-Za-z0-9_.:@/-]` (a tenant id, an
+/// account, a host name, an e-mail address).
+pub fn job_key(what: &'static str, name: &str) -> Result<()> {
+    name_rule(what, name, &['_', '.', ':', '@', '/', '-'])
+}
+
 fn name_rule(what: &'static str, name: &str, extra: &[char]) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid(what, "it is empty"));

@@ -80,6 +80,8 @@ pub struct NewJob {
     pub(crate) max_attempts: i32,
     pub(crate) schedule: Schedule,
     pub(crate) unique: Option<crate::unique::rule::Unique>,
+    pub(crate) key: Option<String>,
+    pub(crate) sequence: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +113,8 @@ impl NewJob {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             schedule: Schedule::Delay(Duration::ZERO),
             unique: None,
+            key: None,
+            sequence: None,
         }
     }
 
@@ -142,6 +146,25 @@ impl NewJob {
     /// Run no earlier than `at` (a time in the past means at once).
     pub fn run_at(mut self, at: SystemTime) -> Self {
         self.schedule = Schedule::At(at);
+        self
+    }
+
+    /// The job's key: a tenant, an account, an API host. A queue with a per-key limit
+    /// ([`QueueLimits::per_key`](crate::QueueLimits::per_key)) runs at most that many jobs of
+    /// one key at once, and shares its claims fairly across keys. 1 to 128 characters from
+    /// `[A-Za-z0-9_.:@/-]`. A job without a key is subject to its queue's global limit and
+    /// rate only.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The job's sequence: jobs of one sequence run one at a time, in the order they were
+    /// enqueued (id order), each only once the one before has reached a final state (done,
+    /// or failed for good or cancelled: a failed member does not stop the rest). Same
+    /// characters as [`NewJob::key`]. Sequences span queues.
+    pub fn sequence(mut self, sequence: impl Into<String>) -> Self {
+        self.sequence = Some(sequence.into());
         self
     }
 
@@ -178,6 +201,12 @@ impl NewJob {
             .as_ref()
             .map_err(|e| Error::invalid("payload", format!("it could not be serialized: {e}")))?;
         input::payload(payload, max_payload_bytes)?;
+        if let Some(k) = &self.key {
+            input::job_key("job key", k)?;
+        }
+        if let Some(s) = &self.sequence {
+            input::job_key("sequence", s)?;
+        }
         let (run_at_us, delay_us) = match self.schedule {
             Schedule::Delay(d) => (None, input::delay_micros(d)?),
             Schedule::At(t) => (Some(input::timestamp_micros(t)?), 0),
@@ -190,6 +219,8 @@ impl NewJob {
             max_attempts: self.max_attempts,
             run_at_us,
             delay_us,
+            key: self.key.clone(),
+            sequence: self.sequence.clone(),
         })
     }
 }
@@ -204,6 +235,8 @@ pub(crate) struct EncodedJob {
     pub max_attempts: i32,
     pub run_at_us: Option<i64>,
     pub delay_us: i64,
+    pub key: Option<String>,
+    pub sequence: Option<String>,
 }
 
 /// Validated jobs as one array per column, as bound to `job_insert_many.sql`.
@@ -216,6 +249,8 @@ pub(crate) struct EncodedBatch {
     pub max_attempts: Vec<i32>,
     pub run_at_us: Vec<Option<i64>>,
     pub delay_us: Vec<i64>,
+    pub key: Vec<Option<String>>,
+    pub sequence: Vec<Option<String>>,
 }
 
 /// The most payload bytes one batch may carry (PostgreSQL refuses messages over 1 GiB).
@@ -257,6 +292,8 @@ impl EncodedBatch {
             b.max_attempts.push(e.max_attempts);
             b.run_at_us.push(e.run_at_us);
             b.delay_us.push(e.delay_us);
+            b.key.push(e.key);
+            b.sequence.push(e.sequence);
         }
         Ok(b)
     }

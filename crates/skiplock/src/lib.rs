@@ -84,7 +84,10 @@ pub use job::{
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use periodic::{Missed, Schedule};
-pub use queue::{QueuePause, QueueState, MAX_PAUSED_BY_LEN};
+pub use queue::{
+    QueueLimits, QueuePause, QueueState, Rate, MAX_LIMIT, MAX_PAUSED_BY_LEN, MAX_RATE_PERIOD,
+    MIN_RATE_PERIOD,
+};
 pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
 pub use unique::{
     Enqueued, OnConflict, Unique, MAX_UNIQUE_FIELDS, MAX_UNIQUE_KEY_LEN, MIN_UNIQUE_PERIOD,

@@ -74,6 +74,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "dashboard",
         sql: include_str!("../migrations/0010_dashboard.sql"),
     },
+    Migration {
+        version: 11,
+        name: "flow_control",
+        sql: include_str!("../migrations/0011_flow_control.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -268,6 +268,8 @@ async fn insert<C: GenericClient + Sync>(
                 (&j.max_attempts, Type::INT4),
                 (&j.run_at_us, Type::INT8),
                 (&j.delay_us, Type::INT8),
+                (&j.key, Type::TEXT),
+                (&j.sequence, Type::TEXT),
             ],
         )
         .await?;
@@ -293,6 +295,8 @@ pub(crate) async fn insert_many<C: GenericClient + Sync>(
                 (&b.max_attempts, Type::INT4_ARRAY),
                 (&b.run_at_us, Type::INT8_ARRAY),
                 (&b.delay_us, Type::INT8_ARRAY),
+                (&b.key, Type::TEXT_ARRAY),
+                (&b.sequence, Type::TEXT_ARRAY),
             ],
         )
         .await?;

@@ -184,6 +184,7 @@ templates! {
     QueuePause => queue_pause => "queue_pause.sql", "`queries/queue_pause.sql`: pause a queue for every worker (see [`Client::pause_queue`](crate::Client::pause_queue)).",
     QueueResume => queue_resume => "queue_resume.sql", "`queries/queue_resume.sql`: resume a paused queue (see [`Client::resume_queue`](crate::Client::resume_queue)).",
     QueueList => queue_list => "queue_list.sql", "`queries/queue_list.sql`: every queue's pause and its queued, ready and running jobs (see [`Client::queues`](crate::Client::queues)).",
+    QueueLimit => queue_limit => "queue_limit.sql", "`queries/queue_limit.sql`: set a queue's limits: concurrency, per key, rate (see [`Client::set_queue_limits`](crate::Client::set_queue_limits)).",
     QueueKnown => queue_known => "queue_known.sql", "`queries/queue_known.sql`: whether a `queues` row or a queued or running job names a queue, by index probes (see [`Client::queue_known`](crate::Client::queue_known)).",
     ListenProbe => listen_probe => "listen_probe.sql", "`queries/listen_probe.sql`: the LISTEN connection's self-test notification, sent from a pooled connection.",
     NextLease => next_lease => "job_next_lease.sql", "`queries/job_next_lease.sql`: how long until the earliest lease of a running job ends, by the database's clock; the reaper asks after each round, so that an idle worker with the poll off wakes to reap it.",

@@ -35,6 +35,30 @@ impl Store {
         )
     }
 
+    /// `queue_limit.sql`: sets `queue`'s limits (checked by the caller).
+    pub(crate) async fn queue_limit<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        queue: &str,
+        l: &crate::queue::limits::EncodedLimits,
+        by: Option<&str>,
+    ) -> crate::error::Result<()> {
+        c.query_typed_one(
+            &self.sql.queue_limit,
+            &[
+                (&queue, Type::TEXT),
+                (&l.concurrency, Type::INT4),
+                (&l.per_key, Type::INT4),
+                (&l.rate_limit, Type::INT4),
+                (&l.rate_period_us, Type::INT8),
+                (&by, Type::TEXT),
+            ],
+        )
+        .await
+        .map(|_| ())
+        .map_err(crate::error::Error::db("set a queue's limits"))
+    }
+
     /// `queue_known.sql`: whether a `queues` row or a queued or running job names `queue`.
     pub(crate) async fn queue_known<C: GenericClient + Sync>(
         &self,
@@ -107,7 +131,16 @@ fn state(r: &Row) -> Result<QueueState, Error> {
         updated_at: time(r.try_get("updated_at_us")?),
         queued: r.try_get("queued")?,
         ready: r.try_get("ready")?,
+        held: r.try_get("held")?,
         running: r.try_get("running")?,
+        limits: crate::QueueLimits::decode(
+            r.try_get("concurrency")?,
+            r.try_get("per_key")?,
+            r.try_get("rate_limit")?,
+            r.try_get("rate_period_us")?,
+        ),
+        bound: r.try_get("bound")?,
+        limits_by: r.try_get("limits_by")?,
     })
 }
 

@@ -20,6 +20,8 @@ pub(crate) async fn insert(
         .bind(j.max_attempts)
         .bind(j.run_at_us)
         .bind(j.delay_us)
+        .bind(&j.key)
+        .bind(&j.sequence)
         .fetch_one(c)
         .await?;
     Ok(JobId(id))
@@ -41,6 +43,8 @@ pub(crate) async fn insert_many(
         .bind(&b.max_attempts)
         .bind(&b.run_at_us)
         .bind(&b.delay_us)
+        .bind(&b.key)
+        .bind(&b.sequence)
         .fetch_all(c)
         .await?;
     Ok(ids.into_iter().map(JobId).collect())

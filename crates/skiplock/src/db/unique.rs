@@ -96,6 +96,8 @@ impl<C: GenericClient + Sync> Link for Tokio<'_, C> {
                     (&b.by_queue, Type::BOOL_ARRAY),
                     (&b.period_us, Type::INT8_ARRAY),
                     (&b.queued_only, Type::BOOL_ARRAY),
+                    (&a.key, Type::TEXT_ARRAY),
+                    (&a.sequence, Type::TEXT_ARRAY),
                 ],
             )
             .await
@@ -233,6 +235,8 @@ mod sqlx_link {
                 .bind(&b.by_queue)
                 .bind(&b.period_us)
                 .bind(&b.queued_only)
+                .bind(&a.key)
+                .bind(&a.sequence)
                 .fetch_all(&mut *self.0)
                 .await
                 .map_err(wrap)?;

@@ -15,7 +15,10 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::input;
 
+pub(crate) mod limits;
 pub(crate) mod state;
+
+pub use limits::{QueueLimits, Rate, MAX_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
 
 use state::time;
 pub use state::QueueState;
@@ -134,12 +137,17 @@ const RESUME: &str = "resume a queue";
 
 /// Checks `by`: at most [`MAX_PAUSED_BY_LEN`] bytes, no NUL; empty counts as not said.
 fn paused_by(by: Option<&str>) -> Result<Option<&str>> {
+    paused_by_as("paused by", by)
+}
+
+/// [`paused_by`] for any "who did it" text, named `what` in its errors.
+pub(crate) fn paused_by_as<'a>(what: &'static str, by: Option<&'a str>) -> Result<Option<&'a str>> {
     let Some(by) = by.filter(|b| !b.is_empty()) else {
         return Ok(None);
     };
     if by.len() > MAX_PAUSED_BY_LEN {
         return Err(Error::invalid(
-            "paused by",
+            what,
             format!(
                 "it is {} bytes long; the limit is {MAX_PAUSED_BY_LEN}",
                 by.len()
@@ -147,7 +155,7 @@ fn paused_by(by: Option<&str>) -> Result<Option<&str>> {
         ));
     }
     if by.contains('\0') {
-        return Err(Error::invalid("paused by", "it holds a NUL character"));
+        return Err(Error::invalid(what, "it holds a NUL character"));
     }
     Ok(Some(by))
 }

@@ -20,8 +20,17 @@ pub struct QueueState {
     pub queued: i64,
     /// Of those, ready now (they wait for the resume when the queue is paused).
     pub ready: i64,
+    /// Of the queued jobs, those held: waiting for their turn in a sequence, not for time.
+    pub held: i64,
     /// Jobs `running` (a pause lets them finish).
     pub running: i64,
+    /// Its limits (concurrency, per key, rate).
+    pub limits: crate::QueueLimits,
+    /// Why its last claim left ready jobs behind, if it did: `"slots"` (a full concurrency
+    /// or per-key limit) or `"rate"` (a full rate window).
+    pub bound: Option<String>,
+    /// Who set its limits, if the call said.
+    pub limits_by: Option<String>,
 }
 
 /// Microseconds since the epoch (as the queue statements return times) as a time.

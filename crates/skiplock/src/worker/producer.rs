@@ -335,9 +335,13 @@ async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
         Ok((wait, paused)) => {
             slot.pause.looked_up(&slot.name, paused, epoch);
             let us = wait?;
-            let wait = Duration::from_micros(us.max(0).unsigned_abs());
             // Ready now but not claimed: another claimer holds it. Look again shortly.
-            Some(Instant::now() + wait.max(Duration::from_millis(250)))
+            let wait = if us <= 0 {
+                Duration::from_millis(250)
+            } else {
+                Duration::from_micros(us.unsigned_abs())
+            };
+            Some(Instant::now() + wait)
         }
         Err(e) => {
             tracing::debug!(queue = %slot.name, error = %e, "could not look up the next due job");
