@@ -46,6 +46,7 @@ ALTER INDEX {schema}.jobs_ready_v11_idx RENAME TO jobs_ready_idx;
 -- Held rows: found by their sequence in id order when a member finishes, and counted per
 -- queue by the listings (few, and never on the claim's path).
 CREATE INDEX IF NOT EXISTS jobs_held_idx ON {schema}.jobs (sequence, id) WHERE held IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_held_queue_idx ON {schema}.jobs (queue) WHERE held IS NOT NULL;
 
 -- The active member of each sequence (queued and not held, or running): at most one.
 CREATE INDEX IF NOT EXISTS jobs_sequence_idx ON {schema}.jobs (sequence)
@@ -57,9 +58,11 @@ CREATE INDEX IF NOT EXISTS jobs_key_ready_idx ON {schema}.jobs (queue, key, prio
   WHERE status = 'queued' AND held IS NULL;
 
 -- The slots in use, per queue and key: running jobs, and cancelled jobs whose lease has not
--- ended (job_cancel.sql keeps it: their handler may still run until then).
+-- ended (job_cancel.sql keeps it: their handler may still run until then). The predicate
+-- names locked_until so that a query for `status = 'running'` alone (the reaper's, the
+-- earliest lease's) cannot pick this index over jobs_lease_idx.
 CREATE INDEX IF NOT EXISTS jobs_slots_idx ON {schema}.jobs (queue, key)
-  WHERE status = 'running' OR (status = 'failed' AND locked_until IS NOT NULL);
+  WHERE status IN ('running', 'failed') AND locked_until IS NOT NULL;
 
 -- The limits of a queue. NULL: no such limit.
 --   concurrency     at most this many of its jobs hold a slot at once, across every process
@@ -115,7 +118,9 @@ CREATE INDEX IF NOT EXISTS queue_starts_idx ON {schema}.queue_starts (queue, at)
 -- rows are at most its limit; the keys with ready jobs are found by a skip scan of
 -- jobs_key_ready_idx (one descent per key), and each key gives at most its free slots plus
 -- one (to learn whether more wait). Rows waiting behind a full key, the rate window or a
--- sequence are never read.
+-- sequence are never read. Each ORDER BY names the leading columns of the index it is meant
+-- to walk, so that no other index (sorted afterwards) looks as cheap to a planner with stale
+-- statistics (it::limits::a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistics).
 --
 -- Fairness across keys: round robin. Every key with a free slot gives its first job (in
 -- priority, run_at, id order) before any key gives a second, and so on; within a round,
@@ -147,7 +152,7 @@ BEGIN
     SELECT q.concurrency - count(*) INTO cap FROM (
       SELECT 1 FROM {schema}.jobs s
       WHERE s.queue = p_queue
-        AND (s.status = 'running' OR (s.status = 'failed' AND s.locked_until IS NOT NULL))
+        AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
         AND (s.status = 'running' OR s.locked_until > ts)
       LIMIT q.concurrency) c;
     budget := least(budget, cap);
@@ -165,26 +170,26 @@ BEGIN
         SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
         WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
           AND j.run_at <= ts AND j.attempts < j.max_attempts
-        ORDER BY j.priority, j.run_at, j.id
+        ORDER BY j.queue, j.priority, j.run_at, j.id
         LIMIT budget) r;
     ELSE
       WITH RECURSIVE keys(k) AS (
         (SELECT j.key FROM {schema}.jobs j
          WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
            AND j.key IS NOT NULL
-         ORDER BY j.key LIMIT 1)
+         ORDER BY j.queue, j.key LIMIT 1)
         UNION ALL
         SELECT (SELECT j.key FROM {schema}.jobs j
                 WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
                   AND j.key > keys.k
-                ORDER BY j.key LIMIT 1)
+                ORDER BY j.queue, j.key LIMIT 1)
         FROM keys WHERE keys.k IS NOT NULL
       ), room AS (
         SELECT keys.k,
                q.per_key - (SELECT count(*) FROM (
                  SELECT 1 FROM {schema}.jobs s
                  WHERE s.queue = p_queue AND s.key = keys.k
-                   AND (s.status = 'running' OR (s.status = 'failed' AND s.locked_until IS NOT NULL))
+                   AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
                    AND (s.status = 'running' OR s.locked_until > ts)
                  LIMIT q.per_key) c) AS free
         FROM keys WHERE keys.k IS NOT NULL
@@ -197,7 +202,7 @@ BEGIN
           FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
                 WHERE j.queue = p_queue AND j.key = room.k AND j.status = 'queued'
                   AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
-                ORDER BY j.priority, j.run_at, j.id
+                ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
                 LIMIT greatest(room.free, 0) + 1) x
         ) c
         UNION ALL
@@ -205,7 +210,7 @@ BEGIN
         FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
               WHERE j.queue = p_queue AND j.key IS NULL AND j.status = 'queued'
                 AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
-              ORDER BY j.priority, j.run_at, j.id
+              ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
               LIMIT budget) u
       )
       SELECT array_agg(cand.id ORDER BY cand.rn, cand.priority, cand.run_at, cand.id)

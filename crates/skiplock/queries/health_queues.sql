@@ -2,20 +2,20 @@
 -- the database's clock); per queue, how many finished in the last minute. One pass over the
 -- table: cheap for a kept-small table, a sequential scan for a large one. A queued job with
 -- no attempt left (attempts >= max_attempts) is never claimed, so it is not ready (the
--- reaper moves it to failed). A paused queue is listed even with no job (`paused`).
+-- reaper moves it to failed), nor is a held one (waiting for its turn in a sequence). A paused queue is listed even with no job (`paused`).
 -- `unserved`: queued jobs a worker handed back because it had no handler for their kind
 -- (job_finish_many.sql's `unserved` outcome, whose error starts with 'unserved: '), waiting
 -- for a worker that handles it.
 WITH j AS (
   SELECT queue,
          count(*) FILTER (WHERE status = 'queued')                         AS queued,
-         count(*) FILTER (WHERE status = 'queued' AND run_at <= now()
+         count(*) FILTER (WHERE status = 'queued' AND held IS NULL AND run_at <= now()
                           AND attempts < max_attempts)                     AS ready,
          count(*) FILTER (WHERE status = 'running')                        AS running,
          count(*) FILTER (WHERE status = 'done')                           AS done,
          count(*) FILTER (WHERE status = 'failed')                         AS failed,
          coalesce(extract(epoch FROM now() - min(run_at)
-                  FILTER (WHERE status = 'queued' AND run_at <= now()
+                  FILTER (WHERE status = 'queued' AND held IS NULL AND run_at <= now()
                           AND attempts < max_attempts)), 0)::float8
                                                                             AS oldest_ready_age_s,
          count(*) FILTER (WHERE status IN ('done', 'failed')

@@ -31,8 +31,7 @@ WITH next AS MATERIALIZED (
     AND held IS NULL
     AND run_at <= now()
     AND attempts < max_attempts
-    AND NOT EXISTS (SELECT 1 FROM {schema}.queues q
-                    WHERE q.name = $1 AND (q.paused OR q.limited))
+    AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND (q.paused OR q.limited))
   ORDER BY priority, run_at, id
   LIMIT $2
   FOR UPDATE SKIP LOCKED

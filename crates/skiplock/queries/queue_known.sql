@@ -1,7 +1,7 @@
 -- Whether a queue is known: a `queues` row names it (it was paused once), or a job in any
 -- state does. $1 is the queue's name. Index probes only, whatever the table keeps: the
--- primary key of `queues`, jobs_ready_idx (queued rows, led by the queue), jobs_held_idx
--- (held rows, few), jobs_lease_idx
+-- primary key of `queues`, jobs_ready_idx (queued rows, led by the queue), jobs_held_queue_idx
+-- (held rows, led by the queue), jobs_lease_idx
 -- (running rows, few) and jobs_finished_idx (finished rows, led by the queue).
 SELECT EXISTS (SELECT 1 FROM {schema}.queues WHERE name = $1)
     OR EXISTS (SELECT 1 FROM {schema}.jobs WHERE status = 'queued' AND held IS NULL

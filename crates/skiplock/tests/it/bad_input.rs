@@ -112,8 +112,8 @@ async fn bad_jobs_are_refused_and_nothing_changes() {
         .unwrap()
         .get(0);
     assert_eq!(
-        tables, 6,
-        "jobs, schema_migrations, jobs_archive, maintenance_locks, queues, schedules"
+        tables, 7,
+        "jobs, schema_migrations, jobs_archive, maintenance_locks, queues, schedules, queue_starts"
     );
 }
 
@@ -232,7 +232,8 @@ async fn a_queue_is_known_by_its_queues_row_or_a_job_through_index_probes() {
     let text = plan.to_string();
     assert!(!text.contains("Seq Scan"), "{plan:#}");
     assert!(
-        text.contains("jobs_ready_idx")
+        (text.contains("jobs_ready_idx") || text.contains("jobs_key_ready_idx"))
+            && text.contains("jobs_held_queue_idx")
             && text.contains("jobs_lease_idx")
             && text.contains("jobs_finished_idx"),
         "{plan:#}"

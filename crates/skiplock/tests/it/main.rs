@@ -8,6 +8,7 @@ mod connection;
 mod enqueue;
 mod fencing;
 mod lifecycle;
+mod limits;
 mod metrics;
 mod migrate;
 mod netfault;

@@ -95,7 +95,10 @@ async fn the_schema_has_the_article_table() {
             "finished_at",
             "unique_key",
             "unique_queued_only",
-            "schedule"
+            "schedule",
+            "key",
+            "sequence",
+            "held"
         ]
     );
     let idx: String = conn
@@ -110,7 +113,10 @@ async fn the_schema_has_the_article_table() {
         .unwrap()
         .get(0);
     assert!(idx.contains("(queue, priority, run_at, id)"), "{idx}");
-    assert!(idx.contains("WHERE (status = 'queued'::text)"), "{idx}");
+    assert!(
+        idx.contains("WHERE ((status = 'queued'::text) AND (held IS NULL))"),
+        "{idx}"
+    );
     let trigger_is_statement_level: bool = conn
         .query_one(
             "SELECT (t.tgtype & 1) = 0 FROM pg_trigger t

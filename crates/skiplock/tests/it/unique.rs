@@ -628,6 +628,8 @@ async fn unique_statements_stay_linear_with_stale_statistics() {
             run_at[..batch].to_vec(),
             delay[..batch].to_vec(),
         );
+        // Job keys and sequences (migration 11): none here.
+        let (jk, seq) = (fields[..batch].to_vec(), fields[..batch].to_vec());
         let (by, f, ks, bq, per, qo) = (
             by[..batch].to_vec(),
             fields[..batch].to_vec(),
@@ -640,7 +642,9 @@ async fn unique_statements_stay_linear_with_stale_statistics() {
             &mut b,
             "job_insert_unique.sql",
             &insert,
-            &[&q, &k, &p, &pr, &ma, &ra, &d, &by, &f, &ks, &bq, &per, &qo],
+            &[
+                &q, &k, &p, &pr, &ma, &ra, &d, &by, &f, &ks, &bq, &per, &qo, &jk, &seq,
+            ],
             batch,
         )
         .await;

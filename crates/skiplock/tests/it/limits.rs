@@ -1,0 +1,626 @@
+//! Flow control (migration 11): global and per-key concurrency limits, rate limits and
+//! sequences, through the worker and the claim statement that production runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use skiplock::{JobContext, JobError, JobOptions, NewJob, QueueLimits, Registry, Worker};
+use tokio::sync::oneshot;
+
+use crate::support::{setup, Bundle};
+use crate::worker::client;
+
+/// What a handler saw: per key, how many of its jobs ran at once at most; overall, likewise;
+/// and each start (the database's claim time) and end, in order.
+#[derive(Default)]
+struct Seen {
+    running: HashMap<String, i64>,
+    max: HashMap<String, i64>,
+    total: i64,
+    max_total: i64,
+    starts: Vec<(String, i64, SystemTime)>,
+    ends: Vec<(String, i64, Instant)>,
+    events: Vec<(String, i64, bool)>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+#[derive(serde::Deserialize)]
+struct P {
+    key: String,
+    n: i64,
+    #[serde(default)]
+    fail: bool,
+    #[serde(default)]
+    ms: u64,
+}
+
+/// A handler that records what runs at once, per `key` of its payload, sleeping `ms`.
+fn recorder(seen: Shared) -> impl skiplock::Handler {
+    move |payload: String, ctx: JobContext| {
+        let seen = seen.clone();
+        async move {
+            let p: P = serde_json::from_str(&payload).map_err(JobError::permanent)?;
+            {
+                let mut s = seen.lock().unwrap();
+                let r = s.running.entry(p.key.clone()).or_default();
+                *r += 1;
+                let r = *r;
+                let m = s.max.entry(p.key.clone()).or_default();
+                *m = (*m).max(r);
+                s.total += 1;
+                s.max_total = s.max_total.max(s.total);
+                s.starts.push((p.key.clone(), p.n, ctx.claimed_at));
+                s.events.push((p.key.clone(), p.n, true));
+            }
+            tokio::time::sleep(Duration::from_millis(p.ms)).await;
+            {
+                let mut s = seen.lock().unwrap();
+                *s.running.entry(p.key.clone()).or_default() -= 1;
+                s.total -= 1;
+                s.ends.push((p.key.clone(), p.n, Instant::now()));
+                s.events.push((p.key.clone(), p.n, false));
+            }
+            if p.fail {
+                return Err(JobError::permanent("asked to fail"));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn job(key: &str, n: i64, ms: u64) -> NewJob {
+    NewJob::new("rec", &serde_json::json!({ "key": key, "n": n, "ms": ms }))
+}
+
+fn workers(b: &Bundle, seen: &Shared, n: usize, concurrency: usize) -> Vec<Worker> {
+    (0..n)
+        .map(|i| {
+            Worker::builder(
+                client(b, &format!("limits-{i}")),
+                Registry::new().register_handler(
+                    "rec",
+                    JobOptions::default(),
+                    recorder(seen.clone()),
+                ),
+            )
+            .queue("default", concurrency)
+            .poll_interval(None)
+            .build()
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Runs the workers until every job of the schema is finished (or `limit` passes).
+async fn run_all(b: &Bundle, ws: Vec<Worker>, limit: Duration) {
+    let mut stops = Vec::new();
+    let mut handles = Vec::new();
+    for w in ws {
+        let (tx, rx) = oneshot::channel::<()>();
+        stops.push(tx);
+        handles.push(tokio::spawn(async move {
+            w.run(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap()
+        }));
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = b.count("status IN ('queued', 'running')").await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} jobs left at the deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for s in stops {
+        let _ = s.send(());
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+/// A global limit of 3 holds across three workers of concurrency 10 each, and is reached;
+/// the same run without the limit goes past 3, so the checker can fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_global_limit_holds_across_workers_and_the_checker_can_fail() {
+    for limited in [true, false] {
+        let b = setup().await;
+        if limited {
+            b.client
+                .set_queue_limits("default", QueueLimits::none().concurrency(3), Some("test"))
+                .await
+                .unwrap();
+        }
+        let jobs: Vec<NewJob> = (0..60).map(|i| job("k", i, 20)).collect();
+        b.client.enqueue_many(&jobs).await.unwrap();
+        let seen = Shared::default();
+        run_all(&b, workers(&b, &seen, 3, 10), Duration::from_secs(60)).await;
+        let s = seen.lock().unwrap();
+        assert_eq!(s.starts.len(), 60);
+        if limited {
+            assert_eq!(s.max_total, 3, "the limit is reached and never exceeded");
+        } else {
+            assert!(s.max_total > 3, "without the limit: {}", s.max_total);
+        }
+    }
+}
+
+/// Per key: at most 2 of one key at once, across workers; other keys are not held up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_per_key_limit_holds_and_keys_do_not_block_each_other() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(2), None)
+        .await
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..100)
+        .map(|i| {
+            let key = format!("tenant-{}", i % 5);
+            job(&key, i, 15).key(key)
+        })
+        .collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let seen = Shared::default();
+    run_all(&b, workers(&b, &seen, 2, 20), Duration::from_secs(60)).await;
+    let s = seen.lock().unwrap();
+    assert_eq!(s.starts.len(), 100);
+    for (k, m) in &s.max {
+        assert!(*m <= 2, "key {k} ran {m} at once");
+    }
+    // Five keys of two slots each: ten at once.
+    assert_eq!(s.max_total, 10, "{:?}", s.max);
+}
+
+/// Fairness: a key with 2,000 jobs does not starve a key with 5; claims go round robin
+/// across keys, so the 5 finish among the first jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_with_few_jobs_is_not_starved_by_a_key_with_thousands() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(1000), None)
+        .await
+        .unwrap();
+    // The big key's jobs first: in plain claim order they would all go before the small
+    // key's.
+    let mut jobs: Vec<NewJob> = (0..2000).map(|i| job("big", i, 2).key("big")).collect();
+    jobs.extend((0..5).map(|i| job("small", i, 2).key("small")));
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let seen = Shared::default();
+    run_all(&b, workers(&b, &seen, 1, 4), Duration::from_secs(120)).await;
+    let s = seen.lock().unwrap();
+    let last_small = s.starts.iter().rposition(|(k, _, _)| k == "small").unwrap();
+    assert!(
+        last_small < 40,
+        "the small key's last job started {last_small}th of 2005"
+    );
+}
+
+/// A sliding window: at most 10 starts in any 400 ms (by the database's claim times), and
+/// the limit is used (not a much lower rate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limit_is_a_sliding_window_across_workers() {
+    let b = setup().await;
+    let period = Duration::from_millis(400);
+    b.client
+        .set_queue_limits("default", QueueLimits::none().rate(10, period), None)
+        .await
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..40).map(|i| job("k", i, 1)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let seen = Shared::default();
+    let t0 = Instant::now();
+    run_all(&b, workers(&b, &seen, 3, 10), Duration::from_secs(60)).await;
+    let took = t0.elapsed();
+    let s = seen.lock().unwrap();
+    let mut at: Vec<SystemTime> = s.starts.iter().map(|x| x.2).collect();
+    at.sort();
+    assert_eq!(at.len(), 40);
+    for (i, t) in at.iter().enumerate() {
+        let within = at[i..]
+            .iter()
+            .take_while(|u| u.duration_since(*t).unwrap_or_default() < period)
+            .count();
+        assert!(
+            within <= 10,
+            "{within} starts within {period:?} of start {i}"
+        );
+    }
+    // 40 starts at 10 per 400 ms: at least 3 full windows, and not much more.
+    assert!(took >= Duration::from_millis(1200), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+/// Sequences: members of one sequence run one at a time in id order across workers; a
+/// member that fails for good does not stop the rest; sequences do not wait for each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sequences_run_in_order_one_at_a_time_and_a_failure_does_not_stop_them() {
+    let b = setup().await;
+    let mut ids: HashMap<String, Vec<i64>> = HashMap::new();
+    // Interleaved enqueues of three sequences, one call per job and some in batches.
+    for i in 0..10 {
+        for s in ["a", "b", "c"] {
+            let fail = s == "b" && i == 3;
+            let j = NewJob::new(
+                "rec",
+                &serde_json::json!({ "key": s, "n": i, "ms": 5, "fail": fail }),
+            )
+            .sequence(format!("seq-{s}"));
+            let id = b.client.enqueue(&j).await.unwrap();
+            ids.entry(s.to_owned()).or_default().push(id.0);
+        }
+    }
+    // At most one member of each sequence is ready; the rest are held.
+    assert_eq!(b.count("held IS NOT NULL").await, 27);
+    let seen = Shared::default();
+    run_all(&b, workers(&b, &seen, 3, 8), Duration::from_secs(60)).await;
+    let s = seen.lock().unwrap();
+    for (k, m) in &s.max {
+        assert_eq!(*m, 1, "sequence {k} ran {m} at once");
+    }
+    for seq in ["a", "b", "c"] {
+        let order: Vec<i64> = s
+            .events
+            .iter()
+            .filter(|(k, _, start)| k == seq && *start)
+            .map(|(_, n, _)| *n)
+            .collect();
+        assert_eq!(order, (0..10).collect::<Vec<_>>(), "sequence {seq}");
+        // No overlap: starts and ends alternate.
+        let evs: Vec<bool> = s
+            .events
+            .iter()
+            .filter(|(k, _, _)| k == seq)
+            .map(|e| e.2)
+            .collect();
+        assert!(evs.chunks(2).all(|c| c == [true, false]), "{seq}: {evs:?}");
+    }
+    // Sequences ran side by side.
+    assert!(s.max_total > 1);
+    assert_eq!(b.count("status = 'failed'").await, 1);
+    assert_eq!(b.count("status = 'done'").await, 29);
+}
+
+/// A member enqueued in a transaction that commits late: a second enqueuer into the same
+/// sequence waits for it, then finds it and is held behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_committing_member_keeps_its_place_in_its_sequence() {
+    let b = setup().await;
+    let mut first = b.db.connect().await.unwrap();
+    first
+        .batch_execute(&format!("SET search_path TO \"{}\"", b.db.schema()))
+        .await
+        .unwrap();
+    let tx = first.transaction().await.unwrap();
+    let a = b
+        .client
+        .enqueue_tx(&tx, &NewJob::new("k", &1).sequence("s"))
+        .await
+        .unwrap();
+    let client = b.client.clone();
+    let second = tokio::spawn(async move {
+        client
+            .enqueue(&NewJob::new("k", &2).sequence("s"))
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the second enqueue waits for the first transaction"
+    );
+    tx.commit().await.unwrap();
+    let c = second.await.unwrap();
+    let held = |id: skiplock::JobId| {
+        let raw = &b.raw;
+        async move {
+            raw.query_one("SELECT held IS NOT NULL FROM jobs WHERE id = $1", &[&id.0])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        }
+    };
+    assert!(!held(a).await);
+    assert!(held(c).await);
+    // The first runs, then the second is released.
+    let lease = Duration::from_secs(30);
+    let got = b.client.claim("default", 10, lease).await.unwrap();
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [a]);
+    b.client.complete(a, got[0].attempt).await.unwrap();
+    let got = b.client.claim("default", 10, lease).await.unwrap();
+    assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [c]);
+}
+
+/// A slot held by a worker that died comes back when the reaper moves its job after the
+/// lease ends; the stale attempt's outcome is then refused, and the database never counted
+/// two at once.
+#[tokio::test]
+async fn a_dead_workers_slot_returns_when_its_lease_is_reaped() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().concurrency(1), None)
+        .await
+        .unwrap();
+    b.client
+        .enqueue_many(&[NewJob::new("k", &1), NewJob::new("k", &2)])
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let first = b.client.claim("default", 5, lease).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert!(b
+        .client
+        .claim("default", 5, lease)
+        .await
+        .unwrap()
+        .is_empty());
+    // The lease ends: still held until reaped.
+    b.expire_lease(first[0].id).await;
+    assert!(b
+        .client
+        .claim("default", 5, lease)
+        .await
+        .unwrap()
+        .is_empty());
+    b.client.reap().await.unwrap();
+    let next = b.client.claim("default", 5, lease).await.unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(b.count("status = 'running'").await, 1);
+    // The slow attempt's result is refused.
+    assert_eq!(
+        b.client
+            .complete(first[0].id, first[0].attempt)
+            .await
+            .unwrap(),
+        skiplock::Transition::Lost
+    );
+}
+
+/// A cancelled running job keeps its slot until its lease ends (its handler may still run).
+#[tokio::test]
+async fn a_cancelled_job_keeps_its_slot_until_its_lease_ends() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().concurrency(1), None)
+        .await
+        .unwrap();
+    b.client
+        .enqueue_many(&[NewJob::new("k", &1), NewJob::new("k", &2)])
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let first = b.client.claim("default", 5, lease).await.unwrap();
+    b.client.cancel(&[first[0].id]).await.unwrap();
+    assert!(b
+        .client
+        .claim("default", 5, lease)
+        .await
+        .unwrap()
+        .is_empty());
+    b.expire_lease(first[0].id).await;
+    assert_eq!(b.client.claim("default", 5, lease).await.unwrap().len(), 1);
+}
+
+/// A worker blocked on a full limit with the poll off takes a freed slot at once (the
+/// outcome's notification).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_slot_is_taken_within_100_ms_with_the_poll_off() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().concurrency(1), None)
+        .await
+        .unwrap();
+    b.client
+        .enqueue_many(&[job("k", 0, 400), job("k", 1, 0), job("k", 2, 0)])
+        .await
+        .unwrap();
+    let seen = Shared::default();
+    run_all(&b, workers(&b, &seen, 2, 4), Duration::from_secs(30)).await;
+    let s = seen.lock().unwrap();
+    assert_eq!(s.max_total, 1);
+    // Each start follows the previous end closely (no poll: only the notification).
+    let mut gaps = Vec::new();
+    for w in s.events.windows(2) {
+        if !w[0].2 && w[1].2 {
+            gaps.push(w[1].1);
+        }
+    }
+    assert_eq!(gaps.len(), 2);
+    let end0 = s.ends.iter().find(|e| e.1 == 0).unwrap().2;
+    let next_start = s.starts.iter().position(|x| x.1 != 0).map(|_| ()).is_some();
+    assert!(next_start);
+    let end_last = s.ends.last().unwrap().2;
+    assert!(
+        end_last.duration_since(end0) < Duration::from_millis(200),
+        "the two short jobs took {:?} after the slot freed",
+        end_last.duration_since(end0)
+    );
+}
+
+/// Bad limits, keys and sequences: a clear error and nothing stored.
+#[tokio::test]
+async fn bad_limits_keys_and_sequences_are_refused_and_nothing_is_stored() {
+    let b = setup().await;
+    for bad in [
+        QueueLimits::none().concurrency(0),
+        QueueLimits::none().concurrency(1_000_001),
+        QueueLimits::none().per_key(0),
+        QueueLimits::none().rate(0, Duration::from_secs(1)),
+        QueueLimits::none().rate(5, Duration::ZERO),
+        QueueLimits::none().rate(5, Duration::from_secs(86_401)),
+    ] {
+        let e = b
+            .client
+            .set_queue_limits("default", bad, None)
+            .await
+            .unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+    assert_eq!(
+        b.raw
+            .query_one("SELECT count(*) FROM queues", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        0
+    );
+    let long = "k".repeat(129);
+    for bad in ["", "a b", "é", long.as_str()] {
+        let e = b
+            .client
+            .enqueue(&NewJob::new("k", &1).key(bad))
+            .await
+            .unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+        let e = b
+            .client
+            .enqueue(&NewJob::new("k", &1).sequence(bad))
+            .await
+            .unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+    }
+    // SQL: the same rule, SQLSTATE 22023.
+    for sql in [
+        "SELECT enqueue('default', '{}', key => 'a b')",
+        "SELECT enqueue('default', '{}', sequence => '')",
+        "SELECT enqueue_unique('default', '{}', unique_key => 'u', key => 'a b')",
+    ] {
+        let e = b.raw.query(sql, &[]).await.unwrap_err();
+        assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE),
+            "{sql}: {e}"
+        );
+    }
+    // The table refuses a bad key written by hand, too.
+    assert!(b
+        .raw
+        .execute("INSERT INTO jobs (payload, key) VALUES ('{}', 'a b')", &[])
+        .await
+        .is_err());
+    assert_eq!(b.count("true").await, 0);
+}
+
+/// From SQL: enqueue() takes a key and a sequence; a limit set by the library holds for a
+/// job enqueued by SQL.
+#[tokio::test]
+async fn sql_enqueue_takes_a_key_and_a_sequence() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(1), None)
+        .await
+        .unwrap();
+    b.raw
+        .batch_execute(
+            "SELECT enqueue('default', '{}', key => 'acct-1');
+             SELECT enqueue('default', '{}', key => 'acct-1');
+             SELECT enqueue('default', '{}', key => 'acct-2', sequence => 's');
+             SELECT enqueue('default', '{}', key => 'acct-3', sequence => 's');
+             SELECT enqueue_unique('default', '{\"x\":1}', unique_by_args => true, key => 'acct-4');",
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.count("key IS NOT NULL").await, 5);
+    assert_eq!(b.count("held IS NOT NULL").await, 1);
+    let got = b
+        .client
+        .claim("default", 10, Duration::from_secs(30))
+        .await
+        .unwrap();
+    // One of acct-1 (per-key limit 1), acct-2 (acct-3 waits in its sequence), acct-4.
+    assert_eq!(got.len(), 3);
+    let limits = b.client.queue_limits("default").await.unwrap();
+    assert_eq!(limits.per_key, Some(1));
+    let q = b.client.queues().await.unwrap();
+    assert_eq!((q[0].held, q[0].running), (1, 3));
+    assert_eq!(q[0].bound.as_deref(), Some("slots"));
+}
+
+/// The claim of a limited queue costs the same whether a full key has 100,000 jobs waiting
+/// behind it or none, with stale statistics (analyzed while the table was empty): measured
+/// in buffers touched by the claim statement itself.
+#[tokio::test]
+async fn a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistics() {
+    let b = setup().await;
+    b.raw.batch_execute("ANALYZE jobs").await.unwrap();
+    b.client
+        .set_queue_limits(
+            "default",
+            QueueLimits::none().per_key(2).concurrency(1000),
+            None,
+        )
+        .await
+        .unwrap();
+    let claim = b.client.statement(skiplock::Statement::Claim).to_owned();
+    setup_small(&b).await;
+    b.raw
+        .batch_execute("BEGIN; SELECT 1; ROLLBACK;")
+        .await
+        .unwrap();
+    let empty_cost = {
+        // Warm up once, then measure (the claim takes the ten; put them back between runs).
+        let _ = buffers(&b, &claim).await;
+        setup_small(&b).await;
+        buffers(&b, &claim).await
+    };
+    setup_small(&b).await;
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (payload, key) SELECT '{}', 'big' FROM generate_series(1, 100000)",
+        )
+        .await
+        .unwrap();
+    let _ = buffers(&b, &claim).await;
+    b.raw
+        .batch_execute("UPDATE jobs SET status = 'queued', attempts = 0, locked_until = NULL WHERE key = 'small'")
+        .await
+        .unwrap();
+    let big_cost = buffers(&b, &claim).await;
+    assert_eq!(
+        b.count("key = 'small' AND status = 'running'").await,
+        2,
+        "the small key's jobs were claimed, two (its limit)"
+    );
+    assert!(
+        big_cost <= empty_cost * 2 + 50,
+        "the claim touched {big_cost} buffers behind a full key of 100,000 jobs, {empty_cost} without"
+    );
+}
+
+/// Buffers the claim statement touches (running it: it claims).
+async fn buffers(b: &Bundle, claim: &str) -> i64 {
+    let rows = b
+        .raw
+        .query(
+            &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"),
+            &[&"default", &10i64, &30_000_000i64],
+        )
+        .await
+        .unwrap();
+    let plan: serde_json::Value = rows[0].get(0);
+    let p = &plan[0]["Plan"];
+    p["Shared Hit Blocks"].as_i64().unwrap_or(0) + p["Shared Read Blocks"].as_i64().unwrap_or(0)
+}
+
+/// A full key `big` (two running) and a key `small` with ten ready jobs, and nothing else.
+async fn setup_small(b: &Bundle) {
+    b.raw
+        .batch_execute(
+            "DELETE FROM jobs;
+             INSERT INTO jobs (payload, key, status, attempts, locked_until)
+               SELECT '{}', 'big', 'running', 1, now() + interval '1 hour'
+               FROM generate_series(1, 2);
+             INSERT INTO jobs (payload, key) SELECT '{}', 'small' FROM generate_series(1, 10);",
+        )
+        .await
+        .unwrap();
+}
