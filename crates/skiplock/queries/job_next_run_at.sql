@@ -10,10 +10,13 @@
 -- also answers NULL: the outcome that frees a slot notifies. One whose rate window is full
 -- answers the wait until the window's oldest start leaves it (or the next job's, if later).
 -- Held jobs (waiting for their turn in a sequence) never become ready by time alone.
+-- `bound` is the queue's limit_bound ('slots', 'rate' or NULL; NULL while paused), so that a
+-- draining worker waits for a limit rather than taking it for an empty queue.
 WITH q AS (
   SELECT coalesce(bool_or(paused), false) AS paused,
          coalesce(bool_or(limit_bound = 'slots'), false) AS slots_bound,
-         max(CASE WHEN limit_bound = 'rate' THEN rate_period_us END) AS rate_period_us
+         max(CASE WHEN limit_bound = 'rate' THEN rate_period_us END) AS rate_period_us,
+         max(CASE WHEN NOT paused THEN limit_bound END) AS bound
   FROM {schema}.queues WHERE name = $1
 ), next AS (
   SELECT min(run_at) AS run_at
@@ -29,5 +32,6 @@ SELECT CASE
                 + q.rate_period_us * interval '1 microsecond') - now()) * 1000000)::int8
          ELSE (extract(epoch FROM next.run_at - now()) * 1000000)::int8
        END AS wait_us,
-       q.paused
+       q.paused,
+       q.bound
 FROM q, next

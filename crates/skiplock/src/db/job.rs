@@ -181,17 +181,22 @@ impl Store {
     }
 
     /// `job_next_run_at.sql`: microseconds until the next queued job of `queue` is due, if
-    /// any is queued and the queue is not paused; and whether it is paused.
+    /// any is queued and the queue is not paused; whether it is paused; and whether its last
+    /// claim was held back by a limit (`"slots"` or `"rate"`).
     pub(crate) async fn job_next_run_at<C: GenericClient + Sync>(
         &self,
         c: &C,
         queue: &str,
-    ) -> Result<(Option<i64>, bool)> {
+    ) -> Result<(Option<i64>, bool, Option<String>)> {
         async {
             let row = c
                 .query_typed_one(&self.sql.next_run_at, &[(&queue, Type::TEXT)])
                 .await?;
-            Ok((row.try_get("wait_us")?, row.try_get("paused")?))
+            Ok((
+                row.try_get("wait_us")?,
+                row.try_get("paused")?,
+                row.try_get("bound")?,
+            ))
         }
         .await
         .map_err(Error::db("look up the next due job"))

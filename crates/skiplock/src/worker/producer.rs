@@ -115,7 +115,11 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let wake_at = if mode == Mode::Serve { wake_at } else { None };
+        let wake_at = match mode {
+            Mode::Serve => wake_at,
+            // Draining: only a limit's wait (see `held_back`).
+            Mode::UntilIdle => due,
+        };
         tokio::select! {
             () = shared.stop_claiming.cancelled() => break,
             Some(done) = claims.join_next(), if !claims.is_empty() => {
@@ -132,6 +136,15 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                         start(&shared, &slot, claimed, permits, &mut jobs);
                         backlog = got == want;
                         found_nothing = got == 0;
+                        // Draining: a queue whose limit held its jobs back is not empty;
+                        // wait for the limit (a freed slot's notification, the rate window,
+                        // or a look again shortly) instead of stopping.
+                        if mode == Mode::UntilIdle && found_nothing && jobs.is_empty() {
+                            if let Some(at) = held_back(&shared, &slot).await {
+                                found_nothing = false;
+                                due = Some(due.map_or(at, |d| d.min(at)));
+                            }
+                        }
                         next_poll = shared.poll_interval().map(|p| Instant::now() + p);
                         if mode == Mode::Serve && !backlog {
                             lookup.want(&shared, &slot);
@@ -285,6 +298,33 @@ fn start(
     }
 }
 
+/// Whether the queue's last claim left ready jobs behind for want of a slot or of room in
+/// its rate window; if so, when to claim again: when the window has room, or shortly (a
+/// freed slot's notification usually comes first).
+async fn held_back(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
+    let conn = shared.client.conn("look up the next due job").await.ok()?;
+    let (wait, _, bound) = shared
+        .client
+        .store()
+        .job_next_run_at(&**conn, &slot.name)
+        .await
+        .ok()?;
+    let retry = Duration::from_millis(250);
+    match bound.as_deref() {
+        Some("rate") => {
+            let us = wait.unwrap_or(0);
+            let wait = if us <= 0 {
+                retry
+            } else {
+                Duration::from_micros(us.unsigned_abs())
+            };
+            Some(Instant::now() + wait)
+        }
+        Some(_) => Some(Instant::now() + retry),
+        None => None,
+    }
+}
+
 /// The next-due lookups of one queue: at most one running, at most one start per
 /// [`LOOKUP_GAP`], and none lost: a lookup wanted while one runs starts after it, and one
 /// wanted inside the gap starts at its end.
@@ -332,7 +372,7 @@ async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
         .job_next_run_at(&**conn, &slot.name)
         .await
     {
-        Ok((wait, paused)) => {
+        Ok((wait, paused, _)) => {
             slot.pause.looked_up(&slot.name, paused, epoch);
             let us = wait?;
             // Ready now but not claimed: another claimer holds it. Look again shortly.

@@ -624,3 +624,30 @@ async fn setup_small(b: &Bundle) {
         .await
         .unwrap();
 }
+
+/// Draining (`run_until_idle`, `skiplock work --drain`) waits for a limit instead of taking a
+/// queue held back by one for an empty queue: every job of a rate-limited queue runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_the_rate_window_and_for_slots() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits(
+            "default",
+            QueueLimits::none()
+                .concurrency(2)
+                .rate(5, Duration::from_millis(300)),
+            None,
+        )
+        .await
+        .unwrap();
+    let jobs: Vec<NewJob> = (0..15).map(|i| job("k", i, 20)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let seen = Shared::default();
+    let w = workers(&b, &seen, 1, 8).pop().unwrap();
+    let stats = tokio::time::timeout(Duration::from_secs(30), w.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.count("status = 'done'").await, 15, "{stats:?}");
+    assert_eq!(seen.lock().unwrap().max_total, 2);
+}
