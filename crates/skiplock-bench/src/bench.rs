@@ -47,8 +47,21 @@ impl Scratch {
     }
 
     async fn fill(&self, jobs: usize) -> Result<()> {
+        self.fill_keyed(jobs, 0).await
+    }
+
+    /// `jobs` no-op jobs; with `keys` > 0, spread evenly over that many keys (`k0`, `k1`, ...
+    /// in turn, so that every key has jobs all along the queue).
+    async fn fill_keyed(&self, jobs: usize, keys: usize) -> Result<()> {
         let all: Vec<NewJob> = (0..jobs)
-            .map(|_| NewJob::from_json("noop", "{}").queue(QUEUE))
+            .map(|i| {
+                let j = NewJob::from_json("noop", "{}").queue(QUEUE);
+                if keys > 0 {
+                    j.key(format!("k{}", i % keys))
+                } else {
+                    j
+                }
+            })
             .collect();
         for chunk in all.chunks(10_000) {
             self.client.enqueue_many(chunk).await?;
@@ -134,6 +147,10 @@ pub struct WorkerSetup {
     /// Statistics taken while every job was queued, kept for the whole run (autovacuum and
     /// autoanalyze off for the table).
     pub frozen_statistics: bool,
+    /// The queue's limits during the run (`None`: none).
+    pub limits: Option<skiplock::QueueLimits>,
+    /// Jobs spread evenly over this many keys (0: no keys).
+    pub keys: usize,
 }
 
 impl WorkerSetup {
@@ -145,7 +162,21 @@ impl WorkerSetup {
             claims_in_flight: None,
             prepared: false,
             frozen_statistics: false,
+            limits: None,
+            keys: 0,
         }
+    }
+
+    /// With these limits on the queue.
+    pub fn limits(mut self, limits: skiplock::QueueLimits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// With the jobs spread evenly over `keys` keys.
+    pub fn keys(mut self, keys: usize) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// With claims of at most `batch` jobs.
@@ -216,7 +247,12 @@ pub async fn throughput(
     if setup.frozen_statistics {
         s.freeze_statistics().await?;
     }
-    s.fill(jobs).await?;
+    s.fill_keyed(jobs, setup.keys).await?;
+    if let Some(l) = setup.limits {
+        s.client
+            .set_queue_limits(QUEUE, l, Some("skiplock-bench"))
+            .await?;
+    }
     let client = if setup.prepared {
         Client::builder(url)
             .schema(s.client.schema().name())

@@ -191,6 +191,10 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             locked_until: j.locked_until.map(|t| time(Some(t))),
             finished_at: j.finished_at.map(|t| time(Some(t))),
             last_error: j.last_error.as_deref(),
+            schedule: j.schedule.as_deref(),
+            key: j.key.as_deref(),
+            sequence: j.sequence.as_deref(),
+            held: j.held.as_deref(),
             payload: &payload,
         };
         match serde_json::to_string(&job) {
@@ -209,6 +213,13 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
         outln!("locked_until {}", time(j.locked_until));
         outln!("finished_at  {}", time(j.finished_at));
         outln!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
+        outln!("schedule     {}", j.schedule.as_deref().unwrap_or("-"));
+        outln!("key          {}", j.key.as_deref().unwrap_or("-"));
+        match (&j.sequence, &j.held) {
+            (Some(s), Some(_)) => outln!("sequence     {s} (held: waiting for its turn)"),
+            (Some(s), None) => outln!("sequence     {s}"),
+            (None, _) => outln!("sequence     -"),
+        }
         outln!("payload      {}", payload.get());
     }
     Ok(())
@@ -229,6 +240,10 @@ struct ShowJson<'a> {
     locked_until: Option<String>,
     finished_at: Option<String>,
     last_error: Option<&'a str>,
+    schedule: Option<&'a str>,
+    key: Option<&'a str>,
+    sequence: Option<&'a str>,
+    held: Option<&'a str>,
     payload: &'a serde_json::value::RawValue,
 }
 

@@ -64,6 +64,17 @@ pub struct Args {
     /// A running duplicate does not block: the job queues behind it.
     #[arg(long, requires = "unique_by")]
     queue_behind_running: bool,
+    /// The job's key (1 to 128 letters, digits and `_.:@/-`, e.g. a tenant id): the queue's
+    /// per-key limit (`skiplock queue limit --per-key`) counts running jobs by key. With
+    /// standard input, every line's job gets it.
+    #[arg(long, value_name = "KEY")]
+    key: Option<String>,
+    /// The job's sequence (same characters as --key): jobs of one sequence run one at a
+    /// time, in the order they were enqueued, each once the one before has finished (done,
+    /// failed or cancelled); the later ones are held meanwhile. With standard input, every
+    /// line's job joins it, in line order.
+    #[arg(long, value_name = "KEY")]
+    sequence: Option<String>,
     /// The payload (JSON). Without it, each line of standard input is one job's payload.
     payload: Option<String>,
 }
@@ -96,7 +107,21 @@ impl Args {
         if let Some(rule) = self.rule() {
             job = job.unique(rule);
         }
+        if let Some(k) = &self.key {
+            job = job.key(k);
+        }
+        if let Some(s) = &self.sequence {
+            job = job.sequence(s);
+        }
         job
+    }
+
+    /// `key` and `sequence` as `--json` prints them (null when not given).
+    fn json_fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("key".into(), self.key.clone().into());
+        m.insert("sequence".into(), self.sequence.clone().into());
+        m
     }
 
     /// The uniqueness rule the flags give, if any.
@@ -128,16 +153,21 @@ impl Args {
 }
 
 /// Prints what a unique enqueue did with each job: `ID` or `ID duplicate` per line, or with
-/// `--json` one object per line: `{"id": ID, "result": "inserted"|"duplicate"}`.
-fn print_enqueued(all: &[Enqueued], json: bool) {
+/// `--json` one object per line: `{"id": ID, "result": "inserted"|"duplicate", "key": …,
+/// "sequence": …}` (the key and sequence given, or null).
+fn print_enqueued(all: &[Enqueued], args: &Args) {
     let mut out = String::with_capacity(all.len() * 32);
     for e in all {
         let (id, result) = match e {
             Enqueued::Duplicate(id) => (*id, "duplicate"),
             other => (other.id(), "inserted"),
         };
-        if json {
-            out.push_str(&serde_json::json!({ "id": id.0, "result": result }).to_string());
+        if args.json {
+            let mut m = serde_json::Map::new();
+            m.insert("id".into(), id.0.into());
+            m.insert("result".into(), result.into());
+            m.extend(args.json_fields());
+            out.push_str(&serde_json::Value::Object(m).to_string());
         } else if result == "inserted" {
             out.push_str(&id.to_string());
         } else {
@@ -149,6 +179,13 @@ fn print_enqueued(all: &[Enqueued], json: bool) {
 }
 
 pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
+    // Checked once here, not as "line 1" of standard input: they apply to every job.
+    if let Some(k) = &args.key {
+        skiplock::input::job_key("job key", k)?;
+    }
+    if let Some(s) = &args.sequence {
+        skiplock::input::job_key("sequence", s)?;
+    }
     match args.payload.clone() {
         Some(payload) => {
             let job = args.job(payload);
@@ -158,7 +195,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                     .enqueue_unique(&job)
                     .await
                     .map_err(|e| schema_hint(e, &target.schema))?;
-                print_enqueued(&[e], args.json);
+                print_enqueued(&[e], &args);
                 return Ok(());
             }
             let id = client
@@ -166,7 +203,10 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| schema_hint(e, &target.schema))?;
             if args.json {
-                print_json(&serde_json::json!({ "id": id.0 }));
+                let mut m = serde_json::Map::new();
+                m.insert("id".into(), id.0.into());
+                m.extend(args.json_fields());
+                print_json(&serde_json::Value::Object(m));
             } else {
                 outln!("{id}");
             }
@@ -242,10 +282,13 @@ async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
         .await
         .context("could not commit the enqueued jobs")?;
     if unique {
-        print_enqueued(&enqueued, args.json);
+        print_enqueued(&enqueued, args);
     } else if args.json {
         let ids: Vec<i64> = ids.iter().map(|i| i.0).collect();
-        print_json(&serde_json::json!({ "ids": ids }));
+        let mut m = serde_json::Map::new();
+        m.insert("ids".into(), ids.into());
+        m.extend(args.json_fields());
+        print_json(&serde_json::Value::Object(m));
     } else {
         let mut out = String::with_capacity(ids.len() * 8);
         for id in &ids {

@@ -68,8 +68,8 @@ enum Command {
     Work(work::Args),
     /// Queue depths, throughput, table health and sessions holding back vacuum.
     Stats(stats::Args),
-    /// List, pause or resume queues (a pause holds for every worker of the queue on this
-    /// database, in every process).
+    /// List, pause, resume or limit queues (a pause or a limit holds for every worker of the
+    /// queue on this database, in every process).
     Queue(queue::Args),
     /// Return jobs whose lease expired to the queue, once (for cron).
     Reap(admin::JsonArgs),

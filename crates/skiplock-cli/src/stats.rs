@@ -1,13 +1,16 @@
 //! `skiplock stats`: per-queue counts and the oldest ready job's age, throughput of the last
 //! minute, the jobs table's dead tuples and last autovacuum, and sessions holding back
-//! vacuum; and which queues are paused.
+//! vacuum; and which queues are paused, their limits and their held jobs.
 
 use std::time::Duration;
+
+use skiplock::QueueState;
 
 use crate::connect::Target;
 use crate::errors::schema_hint;
 use crate::output::{outln, print_json, time};
 use crate::parse::parse_duration;
+use crate::queue::{limits_json, limits_short, over_limit};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -26,12 +29,18 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .health(args.blocker_age)
         .await
         .map_err(|e| schema_hint(e, &target.schema))?;
+    // Limits and held jobs come from the queue listing (a second, cheap read).
+    let states = client
+        .queues()
+        .await
+        .map_err(|e| schema_hint(e, &target.schema))?;
+    let state = |name: &str| states.iter().find(|s| s.queue == name);
     if args.json {
         let queues: Vec<serde_json::Value> = h
             .queues
             .iter()
             .map(|q| {
-                serde_json::json!({
+                let mut v = serde_json::json!({
                     "queue": q.queue,
                     "queued": q.queued, "ready": q.ready, "running": q.running,
                     "done": q.done, "failed": q.failed,
@@ -39,7 +48,15 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                     "finished_last_minute": q.finished_last_minute,
                     "unserved": q.unserved,
                     "paused": q.paused,
-                })
+                });
+                let s = state(&q.queue);
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("held".into(), s.map_or(0, |s| s.held).into());
+                    m.extend(limits_json(&s.map(|s| s.limits).unwrap_or_default()));
+                    m.insert("over_limit".into(), s.is_some_and(over_limit).into());
+                    m.insert("bound".into(), s.and_then(|s| s.bound.clone()).into());
+                }
+                v
             })
             .collect();
         let table = h.table.as_ref().map(|t| {
@@ -70,30 +87,35 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     outln!("schema {}", target.schema);
     outln!(
-        "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  state",
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  {:<24} state",
         "queue",
         "queued",
         "ready",
+        "held",
         "running",
         "done",
         "failed",
         "oldest ready",
-        "done/min"
+        "done/min",
+        "limits"
     );
     if h.queues.is_empty() {
         outln!("(no jobs)");
     }
     for q in &h.queues {
+        let s = state(&q.queue);
         outln!(
-            "{:<24} {:>9} {:>9} {:>9} {:>10} {:>9} {:>13.1}s {:>10}  {}",
+            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>13.1}s {:>10}  {:<24} {}",
             q.queue,
             q.queued,
             q.ready,
+            s.map_or(0, |s| s.held),
             q.running,
             q.done,
             q.failed,
             q.oldest_ready_age_s,
             q.finished_last_minute,
+            s.map_or_else(|| "-".to_owned(), limits_note),
             if q.paused { "PAUSED" } else { "active" }
         );
     }
@@ -115,4 +137,18 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         outln!("warning: {w}");
     }
     Ok(())
+}
+
+/// A queue's limits in the stats column (`max 5, 2/key, 100/1s`, or `-`), with why its last
+/// claim left ready jobs behind (`; bound: slots`) and `; OVER` when more run than a lowered
+/// concurrency limit allows.
+fn limits_note(s: &QueueState) -> String {
+    let mut text = limits_short(&s.limits);
+    if let Some(b) = &s.bound {
+        text.push_str(&format!("; bound: {b}"));
+    }
+    if over_limit(s) {
+        text.push_str("; OVER");
+    }
+    text
 }

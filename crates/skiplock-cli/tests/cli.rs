@@ -204,8 +204,62 @@ async fn bad_input_is_refused_with_one_line_and_nothing_changes() {
         (vec!["work", "--poll-interval", "often"], "duration"),
         (vec!["work", "--vacuum-threshold", "0"], "dead tuples"),
         (vec!["lab", "naive", "--workers", "0"], "--workers"),
+        (vec!["enqueue", "--key", "a b", "{}"], "invalid job key"),
+        (
+            vec!["enqueue", "--key", "", "{}"],
+            "invalid job key: it is empty",
+        ),
+        (vec!["enqueue", "--key", "é", "{}"], "invalid job key"),
+        (
+            vec!["enqueue", "--sequence", "a;b", "{}"],
+            "invalid sequence",
+        ),
+        (vec!["enqueue", "--sequence", "", "{}"], "invalid sequence"),
+        (
+            vec!["queue", "limit", "q", "--concurrency", "0"],
+            "outside 1..=1000000",
+        ),
+        (
+            vec!["queue", "limit", "q", "--per-key", "abc"],
+            "not a whole number in 1..=1000000",
+        ),
+        (
+            vec!["queue", "limit", "q", "--rate", "0/1s"],
+            "the count \"0\" is outside 1..=1000000",
+        ),
+        (
+            vec!["queue", "limit", "q", "--rate", "10/0s"],
+            "the period \"0s\" is outside 1ms..=1d",
+        ),
+        (
+            vec!["queue", "limit", "q", "--rate", "10/2d"],
+            "the period \"2d\" is outside 1ms..=1d",
+        ),
+        (
+            vec!["queue", "limit", "q", "--rate", "10/"],
+            "has no period",
+        ),
+        (
+            vec!["queue", "limit", "q", "--rate", "abc"],
+            "is not a rate",
+        ),
+        (
+            vec!["queue", "limit", "a b", "--concurrency", "1"],
+            "invalid queue name",
+        ),
     ] {
         fails(&run(Some(&db), &args), 2, needle);
+    }
+    let long = "k".repeat(129);
+    for args in [
+        vec!["enqueue", "--key", &long, "{}"],
+        vec!["enqueue", "--sequence", &long, "{}"],
+    ] {
+        fails(
+            &run(Some(&db), &args),
+            2,
+            "it is 129 bytes long; the limit is 128",
+        );
     }
     // Bad schema names never reach SQL.
     for schema in [
@@ -233,11 +287,30 @@ async fn bad_input_is_refused_with_one_line_and_nothing_changes() {
     let big = format!("\"{}\"\n", "x".repeat(1024 * 1024 + 1));
     fails(&run_stdin(&db, &["enqueue"], big.as_bytes()), 2, "limit");
     fails(&run_stdin(&db, &["enqueue"], b"\n\n"), 2, "no payload");
+    // A bad key or sequence refuses all of standard input, named once (not as a line).
+    fails(
+        &run_stdin(&db, &["enqueue", "--key", "a b"], b"{}\n{}\n"),
+        2,
+        "invalid job key",
+    );
+    let o = run_stdin(&db, &["enqueue", "--sequence", &long], b"{}\n");
+    fails(&o, 2, "invalid sequence: it is 129 bytes long");
+    assert!(!err(&o).contains("line 1"), "{}", err(&o));
     assert_eq!(
         sql_one(&db, "SELECT count(*) FROM jobs").await,
         0,
         "nothing was enqueued"
     );
+    let c = db.connect().await.unwrap();
+    let queues: i64 = c
+        .query_one(
+            &format!("SELECT count(*) FROM \"{}\".queues", db.schema()),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(queues, 0, "no limit was stored");
 
     // Unknown ids; a missing schema; an unreachable database with its password hidden.
     fails(&run(Some(&db), &["show", "424242"]), 1, "no job 424242");
@@ -1226,6 +1299,146 @@ async fn enqueue_with_a_uniqueness_rule_says_inserted_or_duplicate() {
     assert!(!e.contains("panicked"), "{e}");
 }
 
+/// `--key` and `--sequence` reach the jobs table, for one job, for standard input and with a
+/// uniqueness rule; `enqueue` still prints just the id, and its `--json` names them. The
+/// later members of a sequence are held until their turn.
+#[tokio::test]
+async fn enqueue_with_a_key_and_a_sequence_stores_them() {
+    let db = migrated().await;
+    let row = |id: i64| {
+        let db = &db;
+        async move {
+            let c = db.connect().await.unwrap();
+            let r = c
+                .query_one(
+                    &format!(
+                        "SELECT key, sequence, held FROM \"{}\".jobs WHERE id = $1",
+                        db.schema()
+                    ),
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            let t: (Option<String>, Option<String>, Option<String>) =
+                (r.get(0), r.get(1), r.get(2));
+            t
+        }
+    };
+    let some = |s: &str| Some(s.to_owned());
+
+    let first = ok(&run(
+        Some(&db),
+        &[
+            "enqueue",
+            "--key",
+            "tenant-1",
+            "--sequence",
+            "order:42",
+            "{}",
+        ],
+    ));
+    let first: i64 = first.trim().parse().expect("just the id");
+    assert_eq!(row(first).await, (some("tenant-1"), some("order:42"), None));
+    let second = json(&ok(&run(
+        Some(&db),
+        &[
+            "enqueue",
+            "--key",
+            "tenant-1",
+            "--sequence",
+            "order:42",
+            "--json",
+            "{}",
+        ],
+    )));
+    assert_eq!(second["key"], "tenant-1");
+    assert_eq!(second["sequence"], "order:42");
+    let second = second["id"].as_i64().unwrap();
+    assert_eq!(
+        row(second).await,
+        (some("tenant-1"), some("order:42"), some("sequence")),
+        "the second member waits for the first"
+    );
+    // Without them, --json says null.
+    let plain = json(&ok(&run(Some(&db), &["enqueue", "--json", "{}"])));
+    assert!(
+        plain["key"].is_null() && plain["sequence"].is_null(),
+        "{plain}"
+    );
+    assert_eq!(row(plain["id"].as_i64().unwrap()).await, (None, None, None));
+    // Every character a key may hold, 128 of them.
+    let long = format!("{}{}", "a_.:@/-Z9", "k".repeat(119));
+    let id = ok(&run(Some(&db), &["enqueue", "--key", &long, "{}"]));
+    assert_eq!(row(id.trim().parse().unwrap()).await.0, Some(long));
+
+    // Standard input: every line's job gets them, and joins the sequence in line order.
+    let o = run_stdin(
+        &db,
+        &["enqueue", "--key", "t2", "--sequence", "batch-7", "--json"],
+        b"{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n",
+    );
+    let out = json(&ok(&o));
+    assert_eq!(
+        (&out["key"], &out["sequence"]),
+        (&"t2".into(), &"batch-7".into())
+    );
+    let ids: Vec<i64> = out["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    // Every line's job has them; the first member is ready and the later ones wait.
+    assert_eq!(row(ids[0]).await, (some("t2"), some("batch-7"), None));
+    for id in &ids[1..] {
+        assert_eq!(
+            row(*id).await,
+            (some("t2"), some("batch-7"), some("sequence"))
+        );
+    }
+
+    // With a uniqueness rule too.
+    let u = json(&ok(&run(
+        Some(&db),
+        &[
+            "enqueue",
+            "--unique-key",
+            "u",
+            "--key",
+            "t3",
+            "--json",
+            "{}",
+        ],
+    )));
+    assert_eq!(
+        (&u["result"], &u["key"]),
+        (&"inserted".into(), &"t3".into())
+    );
+    assert_eq!(row(u["id"].as_i64().unwrap()).await.0, some("t3"), "{u}");
+
+    // `show` prints them, and says that a member waits for its turn.
+    let second = ids[1].to_string();
+    let shown = json(&ok(&run(Some(&db), &["show", &second, "--json"])));
+    assert_eq!(
+        (&shown["key"], &shown["sequence"], &shown["held"]),
+        (&"t2".into(), &"batch-7".into(), &"sequence".into()),
+        "{shown}"
+    );
+    let text = ok(&run(Some(&db), &["show", &second]));
+    assert!(text.contains("key          t2"), "{text}");
+    assert!(
+        text.contains("sequence     batch-7 (held: waiting for its turn)"),
+        "{text}"
+    );
+
+    // The listing counts the held ones (at least the second of order:42 and two of batch-7).
+    let list = json(&ok(&run(Some(&db), &["queue", "list", "--json"])));
+    let held = sql_one(&db, "SELECT count(*) FROM jobs WHERE held IS NOT NULL").await;
+    assert!(held >= 3, "{held}");
+    assert_eq!(list["queues"][0]["held"], held, "{list}");
+}
+
 /// Output that cannot be written (a full disk) fails the command: exit 1 and one line, for
 /// every command that prints; a reader that went away (a closed pipe) is not such a failure.
 #[tokio::test]
@@ -1239,6 +1452,8 @@ async fn output_that_cannot_be_written_fails_the_command() {
         vec!["show", &id, "--json"],
         vec!["queue", "list"],
         vec!["queue", "list", "--json"],
+        vec!["queue", "limit", "default"],
+        vec!["queue", "limit", "default", "--json"],
         vec!["enqueue", "{}"],
         vec!["reap"],
         vec!["prune", "--json"],
@@ -1265,6 +1480,19 @@ fn usage_errors_name_the_argument_and_the_allowed_values() {
     for (args, needles) in [
         (vec!["show"], vec!["required", "<ID>"]),
         (vec!["queue", "pause"], vec!["required", "<NAME>"]),
+        (vec!["queue", "limit"], vec!["required", "<NAME>"]),
+        (
+            vec!["queue", "limit", "q", "--rate", "10/2d"],
+            vec!["--rate <N/DURATION|off>", "\"2d\" is outside 1ms..=1d"],
+        ),
+        (
+            vec!["queue", "limit", "q", "--concurrency", "-1"],
+            vec!["--concurrency <N|off>", "outside 1..=1000000"],
+        ),
+        (
+            vec!["queue", "limit", "q", "--by", "me"],
+            vec!["required", "--concurrency", "--per-key", "--rate"],
+        ),
         (vec!["schedule", "add", "x"], vec!["--cron"]),
         (
             vec!["lab", "nope"],

@@ -118,7 +118,13 @@ async fn setup() -> TestDb {
     let o = Command::new(assert_cmd::cargo::cargo_bin!("skiplock"))
         .env_remove("DATABASE_URL")
         .env_remove("SKIPLOCK_HOME")
-        .args(["--database-url", db.url(), "--schema", db.schema(), "migrate"])
+        .args([
+            "--database-url",
+            db.url(),
+            "--schema",
+            db.schema(),
+            "migrate",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -146,7 +152,11 @@ async fn limits_hold_across_processes_killed_and_restarted() {
         "{} slots in use at once",
         peak.total
     );
-    assert!(peak.per_key <= PER_KEY, "{} of one key at once", peak.per_key);
+    assert!(
+        peak.per_key <= PER_KEY,
+        "{} of one key at once",
+        peak.per_key
+    );
     // The limits were reached: the sampler saw them bind.
     assert_eq!(peak.total, CONCURRENCY);
 }

@@ -73,6 +73,8 @@ CREATE INDEX IF NOT EXISTS jobs_slots_idx ON {schema}.jobs (queue, key)
 --                   for want of a slot (then a freed slot sends a notification), 'rate' when
 --                   for want of room in the rate window (then workers wait for the window)
 --   limits_by       who set the limits, as the caller said (free text, for operators)
+--   key_cursor      the key where claim_limited()'s last walk over the keys stopped: the
+--                   next claim starts after it, so keys take turns across claims
 ALTER TABLE {schema}.queues
   ADD COLUMN IF NOT EXISTS concurrency    int,
   ADD COLUMN IF NOT EXISTS per_key        int,
@@ -80,6 +82,7 @@ ALTER TABLE {schema}.queues
   ADD COLUMN IF NOT EXISTS rate_period_us bigint,
   ADD COLUMN IF NOT EXISTS limit_bound    text,
   ADD COLUMN IF NOT EXISTS limits_by      text,
+  ADD COLUMN IF NOT EXISTS key_cursor     text,
   ADD COLUMN IF NOT EXISTS limited        boolean GENERATED ALWAYS AS
     (concurrency IS NOT NULL OR per_key IS NOT NULL OR rate_limit IS NOT NULL) STORED,
   DROP CONSTRAINT IF EXISTS queues_concurrency_check,
@@ -115,17 +118,19 @@ CREATE INDEX IF NOT EXISTS queue_starts_idx ON {schema}.queue_starts (queue, at)
 -- window follow the order of the claims.
 --
 -- Cost: the slots in use are counted up to the limit (jobs_slots_idx); the rate window's
--- rows are at most its limit; the keys with ready jobs are found by a skip scan of
--- jobs_key_ready_idx (one descent per key), and each key gives at most its free slots plus
--- one (to learn whether more wait). Rows waiting behind a full key, the rate window or a
+-- rows are at most its limit; the keys are walked by a skip scan of jobs_key_ready_idx (one
+-- descent per key) from where the last claim stopped, until as many keys as the batch has
+-- given, and each key gives at most its free slots plus one (to learn whether more wait). Rows waiting behind a full key, the rate window or a
 -- sequence are never read. Each ORDER BY names the leading columns of the index it is meant
 -- to walk, so that no other index (sorted afterwards) looks as cheap to a planner with stale
 -- statistics (it::limits::a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistics).
 --
--- Fairness across keys: round robin. Every key with a free slot gives its first job (in
--- priority, run_at, id order) before any key gives a second, and so on; within a round,
--- jobs go in priority, run_at, id order. A job without a key is not subject to the per-key
--- limit and counts as a key of its own (first round).
+-- Fairness across keys: round robin. Within a claim, every key it visits gives its first job
+-- (in priority, run_at, id order) before any gives a second, and so on; within a round, jobs
+-- go in priority, run_at, id order. Across claims, the walk goes on from the key after the
+-- last one served, so every key with ready jobs and a free slot gets its turn however many
+-- jobs other keys have. A job without a key is not subject to the per-key limit and counts
+-- as a key of its own (first round).
 CREATE OR REPLACE FUNCTION {schema}.claim_limited(p_queue text, p_want bigint, p_lease_us bigint)
 RETURNS TABLE (id bigint, queue text, kind text, payload text, attempts int, max_attempts int,
                priority smallint, run_at timestamptz, created_at timestamptz,
@@ -142,6 +147,20 @@ DECLARE
   key_bound boolean := false;
   bound     text;
   n         bigint;
+  -- The per-key walk.
+  start_k    text;
+  k          text;
+  nk         text;
+  new_cursor text;
+  wrapped    boolean := false;
+  free       bigint;
+  seen       bigint := 0;
+  i          bigint;
+  r          record;
+  c_ids      bigint[] := '{}';
+  c_rn       bigint[] := '{}';
+  c_pr       smallint[] := '{}';
+  c_at       timestamptz[] := '{}';
 BEGIN
   SELECT * INTO q FROM {schema}.queues qq WHERE qq.name = p_queue FOR UPDATE;
   IF NOT FOUND OR q.paused OR NOT q.limited THEN
@@ -173,51 +192,69 @@ BEGIN
         ORDER BY j.queue, j.priority, j.run_at, j.id
         LIMIT budget) r;
     ELSE
-      WITH RECURSIVE keys(k) AS (
-        (SELECT j.key FROM {schema}.jobs j
-         WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
-           AND j.key IS NOT NULL
-         ORDER BY j.queue, j.key LIMIT 1)
+      -- Keys in turn, from the key after the queue's cursor (where the last claim stopped),
+      -- wrapping around once: each key with a free slot gives up to its free slots (one more
+      -- is read, to learn whether more wait), until `budget` keys have given or every key
+      -- with queued jobs was visited. Each step is one descent of jobs_key_ready_idx.
+      start_k := q.key_cursor;
+      k := start_k;
+      LOOP
+        nk := NULL;
+        SELECT j.key INTO nk FROM {schema}.jobs j
+        WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
+          AND j.key > coalesce(k, '')
+        ORDER BY j.queue, j.key
+        LIMIT 1;
+        IF nk IS NULL THEN
+          EXIT WHEN wrapped OR start_k IS NULL;
+          wrapped := true;
+          k := NULL;
+          CONTINUE;
+        END IF;
+        EXIT WHEN wrapped AND nk > start_k;
+        k := nk;
+        SELECT q.per_key - count(*) INTO free FROM (
+          SELECT 1 FROM {schema}.jobs s
+          WHERE s.queue = p_queue AND s.key = nk
+            AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
+            AND (s.status = 'running' OR s.locked_until > ts)
+          LIMIT q.per_key) c;
+        i := 0;
+        FOR r IN
+          SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
+          WHERE j.queue = p_queue AND j.key = nk AND j.status = 'queued' AND j.held IS NULL
+            AND j.run_at <= ts AND j.attempts < j.max_attempts
+          ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+          LIMIT least(greatest(free, 0), budget) + 1
+        LOOP
+          i := i + 1;
+          IF i > free THEN
+            key_bound := true;
+          ELSE
+            c_ids := c_ids || r.id;
+            c_rn := c_rn || i;
+            c_pr := c_pr || r.priority;
+            c_at := c_at || r.run_at;
+          END IF;
+        END LOOP;
+        IF i > 0 AND free > 0 THEN
+          seen := seen + 1;
+          new_cursor := nk;
+        END IF;
+        EXIT WHEN seen >= budget;
+      END LOOP;
+      -- Round robin: every key's first job, then every key's second, and so on; jobs
+      -- without a key count as keys of their own.
+      SELECT array_agg(x.id ORDER BY x.rn, x.priority, x.run_at, x.id) INTO ids FROM (
+        SELECT * FROM unnest(c_ids, c_rn, c_pr, c_at) AS c(id, rn, priority, run_at)
         UNION ALL
-        SELECT (SELECT j.key FROM {schema}.jobs j
-                WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
-                  AND j.key > keys.k
-                ORDER BY j.queue, j.key LIMIT 1)
-        FROM keys WHERE keys.k IS NOT NULL
-      ), room AS (
-        SELECT keys.k,
-               q.per_key - (SELECT count(*) FROM (
-                 SELECT 1 FROM {schema}.jobs s
-                 WHERE s.queue = p_queue AND s.key = keys.k
-                   AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
-                   AND (s.status = 'running' OR s.locked_until > ts)
-                 LIMIT q.per_key) c) AS free
-        FROM keys WHERE keys.k IS NOT NULL
-      ), cand AS (
-        SELECT c.id, c.rn, c.priority, c.run_at, room.free
-        FROM room
-        CROSS JOIN LATERAL (
-          SELECT x.id, x.priority, x.run_at,
-                 row_number() OVER (ORDER BY x.priority, x.run_at, x.id) AS rn
-          FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-                WHERE j.queue = p_queue AND j.key = room.k AND j.status = 'queued'
-                  AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
-                ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-                LIMIT greatest(room.free, 0) + 1) x
-        ) c
-        UNION ALL
-        SELECT u.id, 1, u.priority, u.run_at, NULL
+        SELECT u.id, 1, u.priority, u.run_at
         FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
               WHERE j.queue = p_queue AND j.key IS NULL AND j.status = 'queued'
                 AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
               ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
               LIMIT budget) u
-      )
-      SELECT array_agg(cand.id ORDER BY cand.rn, cand.priority, cand.run_at, cand.id)
-               FILTER (WHERE cand.free IS NULL OR cand.rn <= cand.free),
-             coalesce(bool_or(cand.rn > cand.free), false)
-      INTO ids, key_bound
-      FROM cand;
+      ) x;
     END IF;
 
     -- Lock and take the candidates in their order, skipping any another session holds
@@ -260,8 +297,10 @@ BEGIN
     WHEN key_bound OR (q.concurrency IS NOT NULL AND n >= cap AND cap < p_want) THEN 'slots'
     WHEN q.rate_limit IS NOT NULL AND n >= q.rate_limit - started AND n < p_want THEN 'rate'
   END;
-  IF q.limit_bound IS DISTINCT FROM bound THEN
-    UPDATE {schema}.queues qq SET limit_bound = bound WHERE qq.name = p_queue;
+  new_cursor := coalesce(new_cursor, q.key_cursor);
+  IF q.limit_bound IS DISTINCT FROM bound OR q.key_cursor IS DISTINCT FROM new_cursor THEN
+    UPDATE {schema}.queues qq SET limit_bound = bound, key_cursor = new_cursor
+    WHERE qq.name = p_queue;
   END IF;
 END;
 $$;
@@ -328,7 +367,8 @@ BEGIN
       AND (j.id <> s.first_id
            OR EXISTS (SELECT 1 FROM {schema}.jobs a
                       WHERE a.sequence = s.seq AND a.held IS NULL
-                        AND a.status IN ('queued', 'running') AND a.id <> s.first_id));
+                        AND a.status IN ('queued', 'running')
+                        AND a.id NOT IN (SELECT n.id FROM new_jobs n)));
   END LOOP;
   RETURN NULL;
 END;

@@ -226,7 +226,7 @@ impl NewJob {
 }
 
 /// A validated job, as bound to `job_insert.sql`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct EncodedJob {
     pub queue: String,
     pub kind: String,
@@ -285,17 +285,34 @@ impl EncodedBatch {
                     format!("its payloads exceed {MAX_BATCH_BYTES} bytes at job {index}; split it"),
                 ));
             }
-            b.queue.push(e.queue);
-            b.kind.push(e.kind);
-            b.payload.push(e.payload);
-            b.priority.push(e.priority);
-            b.max_attempts.push(e.max_attempts);
-            b.run_at_us.push(e.run_at_us);
-            b.delay_us.push(e.delay_us);
-            b.key.push(e.key);
-            b.sequence.push(e.sequence);
+            b.push(e);
         }
         Ok(b)
+    }
+
+    /// Appends one job's values, one to each column (every column, so that none is left
+    /// short).
+    pub(crate) fn push(&mut self, e: EncodedJob) {
+        let EncodedJob {
+            queue,
+            kind,
+            payload,
+            priority,
+            max_attempts,
+            run_at_us,
+            delay_us,
+            key,
+            sequence,
+        } = e;
+        self.queue.push(queue);
+        self.kind.push(kind);
+        self.payload.push(payload);
+        self.priority.push(priority);
+        self.max_attempts.push(max_attempts);
+        self.run_at_us.push(run_at_us);
+        self.delay_us.push(delay_us);
+        self.key.push(key);
+        self.sequence.push(sequence);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -371,6 +388,13 @@ pub struct JobRow {
     /// `schedule`: the periodic schedule that enqueued the job (its `run_at` is then the fire
     /// time), `None` for every other job.
     pub schedule: Option<String>,
+    /// `key`: what its queue's per-key limit counts ([`NewJob::key`]).
+    pub key: Option<String>,
+    /// `sequence`: its sequence ([`NewJob::sequence`]).
+    pub sequence: Option<String>,
+    /// `held`: why a queued job is not ready although its time has come: `"sequence"` (it
+    /// waits for its turn in its sequence); `None` otherwise.
+    pub held: Option<String>,
 }
 
 /// The result of a guarded write (complete, extend): whether the job was still this

@@ -373,6 +373,9 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
         created_at: r.try_get("created_at")?,
         finished_at: r.try_get("finished_at")?,
         schedule: r.try_get("schedule")?,
+        key: r.try_get("key")?,
+        sequence: r.try_get("sequence")?,
+        held: r.try_get("held")?,
     })
 }
 

@@ -39,6 +39,9 @@ struct RawRow {
     created_at_us: i64,
     finished_at_us: Option<i64>,
     schedule: Option<String>,
+    key: Option<String>,
+    sequence: Option<String>,
+    held: Option<String>,
 }
 
 impl Store {
@@ -72,6 +75,9 @@ impl Store {
                     max_attempts: r.max_attempts,
                     last_error: r.last_error,
                     schedule: r.schedule,
+                    key: r.key,
+                    sequence: r.sequence,
+                    held: r.held,
                 })
             })
             .collect()
@@ -139,6 +145,9 @@ macro_rules! raw_row {
             created_at_us: r.try_get("created_at_us")?,
             finished_at_us: r.try_get("finished_at_us")?,
             schedule: r.try_get("schedule")?,
+            key: r.try_get("key")?,
+            sequence: r.try_get("sequence")?,
+            held: r.try_get("held")?,
         }
     }};
 }

@@ -62,13 +62,7 @@ fn prepare(jobs: &[NewJob], max_payload_bytes: usize) -> Result<Vec<Prepared>> {
 }
 
 fn push_base(b: &mut EncodedBatch, j: &EncodedJob) {
-    b.queue.push(j.queue.clone());
-    b.kind.push(j.kind.clone());
-    b.payload.push(j.payload.clone());
-    b.priority.push(j.priority);
-    b.max_attempts.push(j.max_attempts);
-    b.run_at_us.push(j.run_at_us);
-    b.delay_us.push(j.delay_us);
+    b.push(j.clone());
 }
 
 fn unique_batch(jobs: &[Prepared], pending: &[usize]) -> Result<UniqueBatch> {

@@ -651,3 +651,44 @@ async fn a_drain_waits_for_the_rate_window_and_for_slots() {
     assert_eq!(b.count("status = 'done'").await, 15, "{stats:?}");
     assert_eq!(seen.lock().unwrap().max_total, 2);
 }
+
+/// A batch that starts a sequence keeps its first member ready and holds the rest, through
+/// every enqueue path (plain, batch, unique), and each stores the key and sequence.
+#[tokio::test]
+async fn every_enqueue_path_stores_the_key_and_sequence_and_a_batch_keeps_its_first_ready() {
+    let b = setup().await;
+    let batch: Vec<NewJob> = (0..3)
+        .map(|i| NewJob::new("k", &i).key("t1").sequence("s1"))
+        .collect();
+    let ids = b.client.enqueue_many(&batch).await.unwrap();
+    let unique: Vec<NewJob> = (0..3)
+        .map(|i| {
+            NewJob::new("k", &i)
+                .key("t2")
+                .sequence("s2")
+                .unique(skiplock::Unique::by_args())
+        })
+        .collect();
+    let uids: Vec<skiplock::JobId> = b
+        .client
+        .enqueue_many_unique(&unique)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id())
+        .collect();
+    for (all, key, seq) in [(&ids, "t1", "s1"), (&uids, "t2", "s2")] {
+        for (i, id) in all.iter().enumerate() {
+            let row = b.client.get(*id).await.unwrap().unwrap();
+            assert_eq!(
+                (
+                    row.key.as_deref(),
+                    row.sequence.as_deref(),
+                    row.held.is_some()
+                ),
+                (Some(key), Some(seq), i > 0),
+                "job {i} of {seq}"
+            );
+        }
+    }
+}
