@@ -28,6 +28,10 @@ pub enum Scenario {
     /// 1, 2, 4 and 8 `skiplock work` processes draining one queue: total jobs/s and the claim
     /// latency beside them.
     Processes,
+    /// Flow control: concurrency 200 with a limit that does not bind, and with a per-key
+    /// limit of 2 over 1,000 keys, against the same runs without limits and the raw-SQL
+    /// ceiling, in one sitting.
+    Limits,
     /// Everything (see `bench all`'s first line for how long it takes).
     All,
 }
@@ -127,6 +131,11 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
 
     if want(Scenario::Processes) {
         processes(&url, base, &args, &mut md).await?;
+    }
+
+    if want(Scenario::Limits) {
+        let jobs = args.jobs.unwrap_or(if q { 2_000 } else { 50_000 });
+        limits(&url, base, &args, jobs, &mut md, &mut targets).await?;
     }
 
     if args.markdown {
@@ -460,6 +469,113 @@ async fn processes(url: &str, base: &str, args: &Args, md: &mut String) -> anyho
         args,
         md,
         &format!("Worker processes on one queue ({pjobs} no-op jobs)"),
+        &t,
+    );
+    Ok(())
+}
+
+/// The flow-control overhead: each setup three times, interleaved (so that a drift of the
+/// machine hits them alike), the median of each against the median of the same jobs without
+/// limits, and against the best raw-SQL ceiling of the same sitting.
+async fn limits(
+    url: &str,
+    base: &str,
+    args: &Args,
+    jobs: usize,
+    md: &mut String,
+    targets: &mut Targets,
+) -> anyhow::Result<()> {
+    use bench::WorkerSetup as W;
+    use skiplock::QueueLimits as L;
+    let concurrency = 200;
+    let keys = 1_000;
+    let batch = skiplock::WorkerConfig::default().max_claim_batch;
+    let mut ceiling = 0.0f64;
+    for loops in [2, 4] {
+        ceiling = ceiling.max(
+            bench::ceiling(url, base, jobs, batch, loops)
+                .await?
+                .jobs_per_s,
+        );
+        ceiling = ceiling.max(
+            bench::ceiling_pipelined(url, base, jobs, batch, loops)
+                .await?
+                .jobs_per_s,
+        );
+    }
+    let setups: [(&str, W); 4] = [
+        ("no limits", W::defaults(concurrency)),
+        (
+            "concurrency limit 10,000 (does not bind)",
+            W::defaults(concurrency).limits(L::none().concurrency(10_000)),
+        ),
+        ("1,000 keys, no limits", W::defaults(concurrency).keys(keys)),
+        (
+            "1,000 keys, per-key limit 2",
+            W::defaults(concurrency)
+                .keys(keys)
+                .limits(L::none().per_key(2)),
+        ),
+    ];
+    let rounds = if args.quick { 1 } else { 3 };
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+    for _ in 0..rounds {
+        for (i, (name, w)) in setups.iter().enumerate() {
+            let p = bench::throughput(url, base, jobs, w).await?;
+            if args.json {
+                print_json(&serde_json::json!({
+                    "scenario": "limits", "setup": name, "jobs": p.jobs,
+                    "concurrency": concurrency, "jobs_per_s": p.jobs_per_s,
+                    "ceiling_jobs_per_s": ceiling,
+                }));
+            }
+            rates[i].push(p.jobs_per_s);
+        }
+    }
+    let median = |v: &Vec<f64>| {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let medians: Vec<f64> = rates.iter().map(median).collect();
+    let plain = medians[0].max(1e-9);
+    let mut t = String::from(
+        "| setup | runs (jobs/s) | median jobs/s | of no limits | of the ceiling |
+|---|---|---:|---:|---:|
+",
+    );
+    for (i, (name, _)) in setups.iter().enumerate() {
+        let runs: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
+        let _ = writeln!(
+            t,
+            "| {name} | {} | {:.0} | {:.0}% | {:.0}% |",
+            runs.join(", "),
+            medians[i],
+            100.0 * medians[i] / plain,
+            100.0 * medians[i] / ceiling.max(1e-9),
+        );
+    }
+    let _ = writeln!(
+        t,
+        "
+Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keyed runs spread the jobs evenly over {keys} keys. Each setup ran {rounds} times, interleaved. Ceiling: the best of the raw-SQL loops (2 and 4 claim-and-finish loops, 2 and 4 claim loops + 1 finish loop) in the same sitting, {ceiling:.0} jobs/s."
+    );
+    let nonbinding = medians[1] / plain;
+    let per_key = medians[3] / plain;
+    targets.push((
+        "a limit that does not bind: >= 90% of no limits".into(),
+        format!("{:.0}%", 100.0 * nonbinding),
+        Some(nonbinding >= 0.9),
+    ));
+    targets.push((
+        "a per-key limit of 2 over 1,000 keys: >= 80% of no limits".into(),
+        format!("{:.0}%", 100.0 * per_key),
+        Some(per_key >= 0.8),
+    ));
+    section(
+        args,
+        md,
+        &format!("Flow control ({jobs} no-op jobs per run)"),
         &t,
     );
     Ok(())

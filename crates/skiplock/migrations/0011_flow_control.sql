@@ -297,6 +297,13 @@ BEGIN
     WHEN key_bound OR (q.concurrency IS NOT NULL AND n >= cap AND cap < p_want) THEN 'slots'
     WHEN q.rate_limit IS NOT NULL AND n >= q.rate_limit - started AND n < p_want THEN 'rate'
   END;
+  -- Becoming bound for want of a slot: an outcome that freed one while this claim ran read
+  -- the row before this commits and sent nothing, so wake the queue's workers once (at
+  -- commit): they claim again and see every slot freed before then. Later outcomes see the
+  -- mark and notify (job_finish_many.sql, job_reap.sql). Staying bound sends nothing.
+  IF bound = 'slots' AND q.limit_bound IS DISTINCT FROM 'slots' THEN
+    PERFORM pg_notify({channel}, p_queue);
+  END IF;
   new_cursor := coalesce(new_cursor, q.key_cursor);
   IF q.limit_bound IS DISTINCT FROM bound OR q.key_cursor IS DISTINCT FROM new_cursor THEN
     UPDATE {schema}.queues qq SET limit_bound = bound, key_cursor = new_cursor

@@ -36,12 +36,11 @@
 -- completions only sends none. `woken` runs because the final SELECT reads it.
 --
 -- A limited queue (migration 11) whose last claim left ready jobs behind for want of a slot
--- (`limit_bound = 'slots'`) gets one notification too: a slot freed. Its `queues` row is
--- read under FOR KEY SHARE, which waits for a claim of that queue in flight (it holds the
--- row FOR UPDATE) and then reads what it decided, so a claim that ends up bound is never
--- missed; and a claim that starts after this lock waits for this commit, so it sees the
--- slot free. An unlimited queue's row is not locked (it is filtered out first), and for it
--- nothing changes.
+-- (`limit_bound = 'slots'`) gets one notification too: a slot freed. The row is read
+-- without a lock (a primary-key probe per queue of the batch). A claim in flight that is
+-- about to mark the queue bound is not seen here; that claim notifies by itself when it
+-- marks it (see claim_limited()), so that its workers claim again once, after this outcome
+-- has committed, and find the slot it freed.
 --
 -- How: the input is sorted by id and each element locks its row with one primary-key probe
 -- (a LATERAL subquery, so the plan cannot be anything but one probe per element: the input
@@ -116,7 +115,6 @@ WITH o AS MATERIALIZED (
   SELECT q.name, q.limit_bound
   FROM {schema}.queues q
   WHERE q.name IN (SELECT DISTINCT queue FROM written) AND q.limited
-  FOR KEY SHARE OF q
 ), woken AS (
   SELECT pg_notify({channel}, q.queue)
   FROM (SELECT queue FROM written WHERE status = 'queued'

@@ -51,7 +51,6 @@ RETURNING j.id, j.status, j.attempts, j.queue
   SELECT q.name, q.limit_bound
   FROM {schema}.queues q
   WHERE q.name IN (SELECT DISTINCT queue FROM reaped) AND q.limited
-  FOR KEY SHARE OF q
 ), woken AS (
   SELECT pg_notify({channel}, q.queue)
   FROM (SELECT queue FROM reaped WHERE status = 'queued'

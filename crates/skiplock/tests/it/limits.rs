@@ -692,3 +692,74 @@ async fn every_enqueue_path_stores_the_key_and_sequence_and_a_batch_keeps_its_fi
         }
     }
 }
+
+/// The race a lock-free outcome leaves open: an outcome that frees the last slot while a
+/// claim is deciding that the queue is full reads the queue's mark before the claim sets it,
+/// and sends nothing. The claim that sets the mark therefore notifies by itself (once, at
+/// commit; staying bound sends nothing), so a waiting worker claims again and finds the slot.
+/// Played out by hand: the claim runs inside a transaction held open while the outcome
+/// commits.
+#[tokio::test]
+async fn a_claim_that_marks_its_queue_full_wakes_it_once_so_no_freed_slot_is_missed() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().concurrency(1), None)
+        .await
+        .unwrap();
+    b.client
+        .enqueue_many(&[NewJob::new("k", &1), NewJob::new("k", &2)])
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    // A claim of one that fills the limit without leaving a job behind for want of it (it
+    // asked for one): not marked.
+    let a = b.client.claim("default", 1, lease).await.unwrap();
+    assert_eq!(a.len(), 1);
+    assert_eq!(mark(&b.raw).await, None);
+    let mut listener =
+        crate::support::listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    // The claim, in a transaction left open: the queue is full, so it takes nothing and marks
+    // the queue.
+    let claim = b.client.statement(skiplock::Statement::Claim).to_owned();
+    let mut conn = b.db.connect().await.unwrap();
+    conn.batch_execute(&format!("SET search_path TO \"{}\"", b.db.schema()))
+        .await
+        .unwrap();
+    let tx = conn.transaction().await.unwrap();
+    let got = tx
+        .query(&claim, &[&"default", &5i64, &30_000_000i64])
+        .await
+        .unwrap();
+    assert!(got.is_empty());
+    // Meanwhile the running job finishes: its outcome reads the mark as it was (none) and
+    // sends nothing.
+    b.client.complete(a[0].id, a[0].attempt).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.rx.recv())
+            .await
+            .is_err(),
+        "the outcome notified although the queue was not marked yet"
+    );
+    tx.commit().await.unwrap();
+    // The claim's own notification: the queue's workers claim again, and find the slot.
+    let n = listener.next().await;
+    assert_eq!(n.payload(), "default");
+    assert_eq!(mark(&b.raw).await.as_deref(), Some("slots"));
+    assert_eq!(b.client.claim("default", 5, lease).await.unwrap().len(), 1);
+    // Staying marked sends nothing more.
+    let again = b.client.claim("default", 5, lease).await.unwrap();
+    assert!(again.is_empty());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.rx.recv())
+            .await
+            .is_err()
+    );
+}
+
+/// The queue `default`'s mark: why its last claim left jobs behind.
+async fn mark(raw: &tokio_postgres::Client) -> Option<String> {
+    raw.query_one("SELECT limit_bound FROM queues WHERE name = 'default'", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
