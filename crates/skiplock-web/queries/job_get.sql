@@ -1,14 +1,27 @@
 -- One job for its page: every column, the payload indented and cut at $2 characters (with
--- its full size), times as epoch seconds, and the database's clock as `now`.
-SELECT id, queue, kind, status, priority, attempts, max_attempts,
-       extract(epoch FROM run_at)::float8                 AS run_at,
-       extract(epoch FROM created_at)::float8             AS created_at,
-       extract(epoch FROM finished_at)::float8            AS finished_at,
-       extract(epoch FROM locked_until)::float8           AS locked_until,
-       last_error,
-       left(jsonb_pretty(payload), $2::int4)              AS payload,
-       octet_length(payload::text)::int8                  AS payload_bytes,
+-- its full size), times as epoch seconds, and the database's clock as `now`. For a held job
+-- (waiting for its turn in its sequence, migration 11), the member of the sequence it waits
+-- for: the active one (queued and not held, or running), by one probe of jobs_sequence_idx;
+-- NULL for a job that is not held, or when no member is active.
+SELECT j.id, j.queue, j.kind, j.status, j.priority, j.attempts, j.max_attempts,
+       extract(epoch FROM j.run_at)::float8               AS run_at,
+       extract(epoch FROM j.created_at)::float8           AS created_at,
+       extract(epoch FROM j.finished_at)::float8          AS finished_at,
+       extract(epoch FROM j.locked_until)::float8         AS locked_until,
+       j.last_error,
+       left(jsonb_pretty(j.payload), $2::int4)            AS payload,
+       octet_length(j.payload::text)::int8                AS payload_bytes,
+       j.key, j.sequence, j.held,
+       a.id                                               AS waits_for,
+       a.status                                           AS waits_for_status,
        extract(epoch FROM now())::float8                  AS now
-FROM {schema}.jobs
-WHERE id = $1
+FROM {schema}.jobs j
+LEFT JOIN LATERAL (
+  SELECT s.id, s.status FROM {schema}.jobs s
+  WHERE j.held IS NOT NULL AND j.status = 'queued'
+    AND s.sequence = j.sequence AND s.held IS NULL AND s.status IN ('queued', 'running')
+  ORDER BY s.id
+  LIMIT 1
+) a ON true
+WHERE j.id = $1
 LIMIT 1

@@ -194,15 +194,17 @@ pub(crate) async fn confirm(
             .map_or(0, |r| r.get::<_, i64>("id"));
         // The same range as the action's selection: the scan budget below the newest id.
         let lo = db::bulk_floor(&tx, &app.sql, &filter, latest, budget).await?;
+        let (status, held) = (filter.status(), filter.held_only());
         let n = db::rows(
             &tx,
             &app.sql.job_count,
             &[
-                (&filter.state, Type::TEXT),
+                (&status, Type::TEXT),
                 (&filter.queue, Type::TEXT),
                 (&filter.kind, Type::TEXT),
                 (&cap, Type::INT8),
                 (&lo, Type::INT8),
+                (&held, Type::BOOL),
             ],
         )
         .await?
@@ -325,16 +327,18 @@ pub(crate) async fn bulk(
         // A filter no index serves reads the scan budget below the confirmed id, as the
         // confirm page counted.
         let lo = db::bulk_floor(&tx, &app.sql, &filter, max_id, budget).await?;
+        let (status, held) = (filter.status(), filter.held_only());
         let rows = db::rows(
             &tx,
             &app.sql.job_select_ids,
             &[
-                (&filter.state, Type::TEXT),
+                (&status, Type::TEXT),
                 (&filter.queue, Type::TEXT),
                 (&filter.kind, Type::TEXT),
                 (&max_id, Type::INT8),
                 (&limit, Type::INT8),
                 (&lo, Type::INT8),
+                (&held, Type::BOOL),
             ],
         )
         .await?;

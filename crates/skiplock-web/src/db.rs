@@ -43,6 +43,9 @@ statements! {
     queue_finished => "queue_finished.sql",
     queue_finished_sample => "queue_finished_sample.sql",
     queue_paused => "queue_paused.sql",
+    queue_limits => "queue_limits.sql",
+    queue_keys_waiting => "queue_keys_waiting.sql",
+    queue_sequences_held => "queue_sequences_held.sql",
     schedule_list => "schedule_list.sql",
     job_list_older => "job_list_older.sql",
     job_list_newer => "job_list_newer.sql",
@@ -146,18 +149,32 @@ pub(crate) async fn rows(
 /// The filters of the job list and of bulk actions (`None`: any).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Filter {
+    /// A job state, or `held`: queued jobs waiting for their turn in a sequence.
     pub(crate) state: Option<String>,
     pub(crate) queue: Option<String>,
     pub(crate) kind: Option<String>,
 }
 
 impl Filter {
-    /// Whether an index finds the matches: queued and running jobs through their partial
-    /// indexes, or no filter at all (the primary key). Any other filter is read within the
-    /// scan budget ([`crate::Dashboard::scan_budget`]).
+    /// The status the statements filter on (`$1`): a held job is queued.
+    pub(crate) fn status(&self) -> Option<String> {
+        match self.state.as_deref() {
+            Some("held") => Some("queued".to_owned()),
+            s => s.map(str::to_owned),
+        }
+    }
+
+    /// Whether only held jobs match (the statements' held-only parameter).
+    pub(crate) fn held_only(&self) -> bool {
+        self.state.as_deref() == Some("held")
+    }
+
+    /// Whether an index finds the matches: queued (held or not) and running jobs through
+    /// their partial indexes, or no filter at all (the primary key). Any other filter is read
+    /// within the scan budget ([`crate::Dashboard::scan_budget`]).
     pub(crate) fn indexed(&self) -> bool {
         match self.state.as_deref() {
-            Some("queued" | "running") => true,
+            Some("queued" | "held" | "running") => true,
             Some(_) => false,
             None => self.queue.is_none() && self.kind.is_none(),
         }
@@ -243,6 +260,11 @@ mod tests {
             &sql.queue_active,
             &sql.queue_finished,
             &sql.queue_finished_sample,
+            &sql.queue_paused,
+            &sql.queue_limits,
+            &sql.queue_keys_waiting,
+            &sql.queue_sequences_held,
+            &sql.schedule_list,
             &sql.job_list_older,
             &sql.job_list_newer,
             &sql.job_count,

@@ -12,8 +12,9 @@ use crate::db::{self, Filter};
 use crate::html::{self, esc, int, state_badge, url_value, when, when_full, Count, Frame, Nav};
 use crate::{html_response, App, Viewer};
 
-/// The four states, in the order the filter lists them.
-pub(crate) const STATES: [&str; 4] = ["queued", "running", "done", "failed"];
+/// The four states, and `held` (queued jobs waiting for their turn in a sequence), in the
+/// order the filter lists them.
+pub(crate) const STATES: [&str; 5] = ["queued", "held", "running", "done", "failed"];
 
 /// The list's query string. Numbers are taken as text so that a bad one gets a clear page.
 #[derive(Debug, Default, Deserialize)]
@@ -61,7 +62,7 @@ pub(crate) fn parse_filter(
     if let Some(s) = &f.state {
         if !STATES.contains(&s.as_str()) {
             return Err(format!(
-                "{s:?} is not a job state (queued, running, done or failed)."
+                "{s:?} is not a job state (queued, held, running, done or failed)."
             ));
         }
     }
@@ -125,6 +126,8 @@ struct ListRow {
     finished_at: Option<f64>,
     locked_until: Option<f64>,
     last_error: Option<String>,
+    /// Why a queued job waits other than for time (`sequence`), if it does.
+    held: Option<String>,
     now: f64,
 }
 
@@ -142,6 +145,7 @@ impl From<&Row> for ListRow {
             finished_at: r.get("finished_at"),
             locked_until: r.get("locked_until"),
             last_error: r.get("last_error"),
+            held: r.get("held"),
             now: r.get("now"),
         }
     }
@@ -176,7 +180,8 @@ pub(crate) async fn list(
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
-        let (state, queue, kind) = (&filter.state, &filter.queue, &filter.kind);
+        let (state, queue, kind) = (&filter.status(), &filter.queue, &filter.kind);
+        let held = filter.held_only();
         // The end of the scan budget from the newest job: the count's range, and the first
         // page's.
         let top = if bounded {
@@ -202,6 +207,7 @@ pub(crate) async fn list(
                         (&a, Type::INT8),
                         (&fetch, Type::INT8),
                         (&hi, Type::INT8),
+                        (&held, Type::BOOL),
                     ],
                 )
                 .await?;
@@ -231,6 +237,7 @@ pub(crate) async fn list(
                         (&before, Type::INT8),
                         (&fetch, Type::INT8),
                         (&lo, Type::INT8),
+                        (&held, Type::BOOL),
                     ],
                 )
                 .await?;
@@ -254,6 +261,7 @@ pub(crate) async fn list(
                 (kind, Type::TEXT),
                 (&cap, Type::INT8),
                 (&top, Type::INT8),
+                (&held, Type::BOOL),
             ],
         )
         .await?
@@ -392,7 +400,8 @@ fn filter_form(f: &Frame<'_>, filter: &Filter) -> String {
         } else {
             ""
         };
-        opts.push_str(&format!("<option value=\"{s}\"{sel}>{s}</option>"));
+        let label = if s == "held" { "held (queued)" } else { s };
+        opts.push_str(&format!("<option value=\"{s}\"{sel}>{label}</option>"));
     }
     let val = |o: &Option<String>| esc(o.as_deref().unwrap_or(""));
     format!(
@@ -437,9 +446,13 @@ fn list_body(f: &Frame<'_>, filter: &Filter, rows: &[ListRow], count: Count, p: 
                 ),
                 _ => String::new(),
             };
+            let held = match (r.status.as_str(), &r.held) {
+                ("queued", Some(_)) => format!(" {}", held_tag()),
+                _ => String::new(),
+            };
             let err = r.last_error.as_deref().unwrap_or("");
             s.push_str(&format!(
-                "<tr><td><a href=\"{base}/jobs/{id}\">{id}</a></td><td>{state}{lease}</td>\
+                "<tr><td><a href=\"{base}/jobs/{id}\">{id}</a></td><td>{state}{held}{lease}</td>\
                  <td>{queue}</td><td>{kind}</td><td class=\"n\">{a} / {m}</td><td>{run}</td>\
                  <td>{created}</td><td>{fin}</td><td class=\"err\" title=\"{errt}\">{err}</td></tr>",
                 id = r.id,
@@ -496,7 +509,7 @@ fn list_body(f: &Frame<'_>, filter: &Filter, rows: &[ListRow], count: Count, p: 
 /// again takes the next ones.
 pub(crate) fn bulk_actions(state: &str) -> &'static [&'static str] {
     match state {
-        "queued" => &["cancel", "delete"],
+        "queued" | "held" => &["cancel", "delete"],
         "running" => &["cancel"],
         "done" | "failed" => &["retry", "delete"],
         _ => &[],
@@ -534,6 +547,12 @@ pub(crate) fn title_case(s: &str) -> String {
         Some(first) => first.to_uppercase().collect::<String>() + c.as_str(),
         None => String::new(),
     }
+}
+
+/// The tag of a held job: queued, waiting for its turn in its sequence.
+fn held_tag() -> &'static str {
+    "<span class=\"tag held\" title=\"Queued, waiting for its turn in its sequence: it becomes \
+     ready when the member before it finishes\">held</span>"
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -632,7 +651,36 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
     let last_error: Option<String> = r.get("last_error");
     let payload: String = r.get("payload");
     let payload_bytes: i64 = r.get("payload_bytes");
+    let key: Option<String> = r.get("key");
+    let sequence: Option<String> = r.get("sequence");
+    let held: Option<String> = r.get("held");
+    let waits_for: Option<i64> = r.get("waits_for");
+    let waits_for_status: Option<String> = r.get("waits_for_status");
     let mut s = notice(q, &status);
+    let none = || "<span class=\"muted\">-</span>".to_owned();
+    // Held: queued, but waiting for its turn in its sequence rather than for time.
+    let is_held = status == "queued" && held.is_some();
+    let state = match (&sequence, is_held) {
+        (Some(seq), true) => format!(
+            "{} {} <span class=\"muted\">(waiting for its turn in sequence <b>{}</b>)</span>",
+            state_badge(&status),
+            held_tag(),
+            esc(seq)
+        ),
+        (None, true) => format!("{} {}", state_badge(&status), held_tag()),
+        _ => state_badge(&status),
+    };
+    let sequence_cell = match (&sequence, waits_for) {
+        (None, _) => none(),
+        (Some(seq), None) => esc(seq),
+        (Some(seq), Some(before)) => format!(
+            "{} <span class=\"muted\">· runs after job <a href=\"{base}/jobs/{before}\">{before}</a>{}</span>",
+            esc(seq),
+            waits_for_status
+                .map(|st| format!(" ({})", esc(&st)))
+                .unwrap_or_default()
+        ),
+    };
     let lease = match (status.as_str(), locked_until) {
         ("running", Some(t)) if t < now => {
             format!(
@@ -642,8 +690,8 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
         }
         (_, t) => when_full(t, now),
     };
-    let rows: [(&str, String); 11] = [
-        ("State", state_badge(&status)),
+    let rows: [(&str, String); 13] = [
+        ("State", state),
         (
             "Queue",
             format!(
@@ -660,6 +708,8 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
                 esc(&kind)
             ),
         ),
+        ("Key", key.as_deref().map_or_else(none, esc)),
+        ("Sequence", sequence_cell),
         ("Priority", r.get::<_, i16>("priority").to_string()),
         ("Attempts", format!("{attempts} of {max_attempts}")),
         ("Run at", when_full(Some(r.get("run_at")), now)),
@@ -671,7 +721,7 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
             "Last error",
             match &last_error {
                 Some(e) => format!("<pre class=\"error\">{}</pre>", esc(e)),
-                None => "<span class=\"muted\">-</span>".to_owned(),
+                None => none(),
             },
         ),
     ];
@@ -680,7 +730,7 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
         s.push_str(&format!("<tr><th>{k}</th><td>{val}</td></tr>"));
     }
     s.push_str("</tbody></table><div class=\"side\">");
-    s.push_str(&actions(f, full, id, &status));
+    s.push_str(&actions(f, full, id, &status, is_held));
     s.push_str("</div></div><h2>Payload</h2>");
     let cut = payload.chars().count() >= chars as usize;
     s.push_str(&format!("<pre class=\"payload\">{}</pre>", esc(&payload)));
@@ -693,7 +743,7 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
     s
 }
 
-fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str) -> String {
+fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str, held: bool) -> String {
     if !full {
         return "<p class=\"note\">Read-only access: no actions.</p>".to_owned();
     }
@@ -723,6 +773,12 @@ fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str) -> String {
     }
     if status == "running" {
         s.push_str("<p class=\"note\">A running job can be cancelled; it keeps its lease until its worker stops.</p>");
+    }
+    if held {
+        s.push_str(
+            "<p class=\"note\">A held job runs when its turn in its sequence comes: retrying it \
+             moves its run time, not its turn.</p>",
+        );
     }
     s.push_str("</div>");
     s

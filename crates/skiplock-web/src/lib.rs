@@ -1,10 +1,13 @@
 //! A web dashboard for [skiplock]: an [`axum::Router`] that an application mounts
 //! under a path of its own and behind its own authentication.
 //!
-//! Pages: the queues (counts per state, jobs finished in the last minute, the oldest ready
-//! job's age), the job list (filtered by state, queue and kind, paginated by id), one job
-//! (payload, attempts, times, last error, lease), and the database's health (dead rows and
-//! vacuum times of the jobs table, sessions holding back vacuum, the notification queue).
+//! Pages: the queues (counts per state, held jobs, jobs finished in the last minute, the
+//! oldest ready job's age, running jobs against the concurrency limit; for limited queues
+//! their limits, why their jobs wait, the keys at their per-key limit and the sequences with
+//! held jobs), the job list (filtered by state, held jobs included, queue and kind, paginated
+//! by id), one job (payload, attempts, times, key and sequence, last error, lease), and the
+//! database's health (dead rows and vacuum times of the jobs table, sessions holding back
+//! vacuum, the notification queue).
 //! Actions: retry, cancel and delete, for one job or, after a confirm page, for the jobs a
 //! filter selects. Pages refresh themselves every 2 s while the browser tab is visible.
 //!

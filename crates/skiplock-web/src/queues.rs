@@ -1,6 +1,9 @@
-//! The queues page: per queue, jobs in each state, jobs finished in the last minute, the
-//! oldest ready job's age and whether it is paused (with Pause and Resume buttons); then the
-//! periodic schedules (with Run now, Pause and Resume).
+//! The queues page: per queue, jobs in each state (held ones too: queued, waiting for their
+//! turn in a sequence), jobs finished in the last minute, the oldest ready job's age, running
+//! jobs against the queue's concurrency limit, and whether it is paused (with Pause and Resume
+//! buttons); then flow control (each limited queue's limits, why its jobs wait, the keys at
+//! their per-key limit and the sequences with held jobs), and the periodic schedules (with
+//! Run now, Pause and Resume).
 //!
 //! The table is a list of [`Column`]s over [`QueueRow`]s, and the page a list of sections:
 //! a column (a queue's pause state) or a section (periodic schedules) is one more entry.
@@ -30,8 +33,47 @@ pub(crate) struct QueueRow {
     pub(crate) failed: Count,
     pub(crate) last_minute: Count,
     pub(crate) oldest_ready_s: f64,
+    /// Queued jobs waiting for their turn in a sequence (not ready, whatever their run_at).
+    pub(crate) held: Count,
     /// Paused: since when (epoch seconds), by whom, and the database's clock then.
     pub(crate) paused: Option<(Option<f64>, Option<String>, f64)>,
+    /// Its limits, if it has any.
+    pub(crate) limits: Option<Limits>,
+}
+
+/// A limited queue's limits (`None`: no such limit), as its `queues` row holds them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Limits {
+    pub(crate) concurrency: Option<i32>,
+    pub(crate) per_key: Option<i32>,
+    /// Starts allowed per period, and the period in microseconds.
+    pub(crate) rate: Option<(i32, i64)>,
+    /// Why the last claim left ready jobs behind: `slots` or `rate`.
+    pub(crate) bound: Option<String>,
+    /// Who set them.
+    pub(crate) by: Option<String>,
+}
+
+/// A key at its per-key limit that has ready jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KeyRow {
+    pub(crate) queue: String,
+    pub(crate) key: String,
+    pub(crate) running: i64,
+    pub(crate) per_key: i32,
+    /// Ready and waiting (queued, not held) jobs among the first [`KEY_ROWS`] of the key.
+    pub(crate) ready: Count,
+    pub(crate) waiting: Count,
+}
+
+/// A sequence with held jobs.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SequenceRow {
+    pub(crate) queue: String,
+    pub(crate) sequence: String,
+    pub(crate) held: Count,
+    /// The member it waits for, and that member's state.
+    pub(crate) waits_for: Option<(i64, String)>,
 }
 
 /// One periodic schedule.
@@ -60,8 +102,19 @@ impl QueueRow {
             failed: Count::Exact(0),
             last_minute: Count::Exact(0),
             oldest_ready_s: 0.0,
+            held: Count::Exact(0),
             paused: None,
+            limits: None,
         }
+    }
+
+    /// Running jobs above its concurrency limit: the limit was lowered below what ran (the
+    /// running jobs finish; none starts until the count is below the limit).
+    fn above_limit(&self) -> bool {
+        matches!(
+            self.limits.as_ref().and_then(|l| l.concurrency),
+            Some(c) if self.running.value() > i64::from(c)
+        )
     }
 }
 
@@ -71,6 +124,13 @@ pub(crate) const ESTIMATE_TTL: Duration = Duration::from_secs(10);
 
 /// About how many of the table's pages an estimate reads.
 const SAMPLE_PAGES: f64 = 500.0;
+
+/// The keys at their per-key limit, and the sequences with held jobs, shown per queue.
+const WAITS_SHOWN: i64 = 10;
+/// How many keys at their limit are looked at, across queues.
+const KEYS_LOOKED: i64 = 50;
+/// How many queued rows of each such key are counted.
+const KEY_ROWS: i64 = 1_000;
 
 /// The estimated done and failed jobs of the queues whose counts passed the bound, as read
 /// at `at`.
@@ -92,6 +152,13 @@ pub(crate) struct Queues {
     pub(crate) estimate_timed_out: bool,
     /// Counts are exact up to this many.
     pub(crate) count_limit: i64,
+    /// The keys at their per-key limit with ready jobs, by queue, most ready first.
+    pub(crate) keys: Vec<KeyRow>,
+    /// How many keys were found at their limit (more than [`KEYS_LOOKED`]: not all were
+    /// looked at).
+    pub(crate) keys_considered: i64,
+    /// The sequences with held jobs, by queue, most held first.
+    pub(crate) sequences: Vec<SequenceRow>,
     /// The schedules, by name.
     pub(crate) schedules: Vec<ScheduleRow>,
     /// The database's clock (epoch seconds) when the schedules were read.
@@ -130,9 +197,14 @@ const COLUMNS: &[Column] = &[
         cell: |_, r| r.ready.html(),
     },
     Column {
+        header: "Held",
+        title: "Queued, waiting for their turn in a sequence (not ready, whatever their run_at)",
+        cell: |f, r| state_link(f, r, "held", r.held),
+    },
+    Column {
         header: "Running",
-        title: "Claimed by a worker (holding a lease)",
-        cell: |f, r| state_link(f, r, "running", r.running),
+        title: "Claimed by a worker (holding a lease); against the concurrency limit, if any",
+        cell: running_cell,
     },
     Column {
         header: "Done",
@@ -214,6 +286,34 @@ fn post_button(f: &Frame<'_>, path: &str, class: &str, label: &str, id: &str) ->
     )
 }
 
+/// Running jobs, and against the concurrency limit when the queue has one: `3 / 5`, marked
+/// when above it.
+fn running_cell(f: &Frame<'_>, r: &QueueRow) -> String {
+    let n = state_link(f, r, "running", r.running);
+    match r.limits.as_ref().and_then(|l| l.concurrency) {
+        None => n,
+        Some(c) => {
+            let above = if r.above_limit() {
+                format!(" {}", above_limit_tag(c))
+            } else {
+                String::new()
+            };
+            format!(
+                "{n} <span class=\"limit\" title=\"its concurrency limit\">/ {}</span>{above}",
+                html::int(i64::from(c))
+            )
+        }
+    }
+}
+
+fn above_limit_tag(c: i32) -> String {
+    format!(
+        "<span class=\"tag warn\" title=\"More run than its concurrency limit of {}: it was \
+         lowered. They finish; none starts until fewer run than the limit.\">above limit</span>",
+        html::int(i64::from(c))
+    )
+}
+
 fn state_link(f: &Frame<'_>, r: &QueueRow, state: &str, c: Count) -> String {
     if c.value() == 0 {
         return "<span class=\"muted\">0</span>".to_owned();
@@ -227,7 +327,8 @@ fn state_link(f: &Frame<'_>, r: &QueueRow, state: &str, c: Count) -> String {
 }
 
 /// The sections of the page, in order.
-const SECTIONS: &[fn(&Frame<'_>, &Queues) -> String] = &[queues_table, schedules_table];
+const SECTIONS: &[fn(&Frame<'_>, &Queues) -> String] =
+    &[queues_table, flow_control, schedules_table];
 
 pub(crate) async fn page(State(app): State<App>, Extension(v): Extension<Viewer>) -> Response {
     let read = async {
@@ -257,9 +358,12 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     let mut rows: BTreeMap<String, QueueRow> = BTreeMap::new();
 
     let active = db::rows(&*tx, &sql.queue_active, &limits).await?;
-    let (mut queued_total, mut running_total) = (0i64, 0i64);
+    // Each branch of the statement (queued and not held, held, running) stops at the limit.
+    let (mut unheld_total, mut held_total, mut running_total) = (0i64, 0i64, 0i64);
     for r in &active {
-        queued_total += r.get::<_, i64>("queued");
+        let held: i64 = r.get("held");
+        unheld_total += r.get::<_, i64>("queued") - held;
+        held_total += held;
         running_total += r.get::<_, i64>("running");
     }
     let bound = |n: i64, total: i64| {
@@ -272,8 +376,9 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     for r in &active {
         let q: String = r.get("queue");
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
-        row.queued = bound(r.get("queued"), queued_total);
-        row.ready = bound(r.get("ready"), queued_total);
+        row.queued = bound(r.get("queued"), unheld_total.max(held_total));
+        row.ready = bound(r.get("ready"), unheld_total);
+        row.held = bound(r.get("held"), held_total);
         row.running = bound(r.get("running"), running_total);
         row.oldest_ready_s = r.get("oldest_ready_age_s");
     }
@@ -352,6 +457,94 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
         let q: String = r.get("name");
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
         row.paused = Some((r.get("paused_at"), r.get("paused_by"), r.get("now")));
+    }
+    let limited = db::rows(&*tx, &sql.queue_limits, &[(&max_queues, Type::INT8)]).await?;
+    for r in &limited {
+        let q: String = r.get("name");
+        let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
+        let rate = match (r.get("rate_limit"), r.get("rate_period_us")) {
+            (Some(n), Some(us)) => Some((n, us)),
+            _ => None,
+        };
+        row.limits = Some(Limits {
+            concurrency: r.get("concurrency"),
+            per_key: r.get("per_key"),
+            rate,
+            bound: r.get("limit_bound"),
+            by: r.get("limits_by"),
+        });
+    }
+    if limited
+        .iter()
+        .any(|r| r.get::<_, Option<i32>>("per_key").is_some())
+    {
+        let keys = db::rows(
+            &*tx,
+            &sql.queue_keys_waiting,
+            &[
+                (&cap, Type::INT8),
+                (&KEYS_LOOKED, Type::INT8),
+                (&KEY_ROWS, Type::INT8),
+                (&WAITS_SHOWN, Type::INT8),
+                (&max_queues, Type::INT8),
+            ],
+        )
+        .await?;
+        out.keys_considered = keys.first().map_or(0, |r| r.get("considered"));
+        out.keys = keys
+            .iter()
+            .map(|r| {
+                // Counted among the key's first KEY_ROWS queued rows: lower bounds when it
+                // has that many.
+                let (ready, waiting): (i64, i64) = (r.get("ready"), r.get("waiting"));
+                let count = |n| {
+                    if waiting >= KEY_ROWS {
+                        Count::AtLeast(n)
+                    } else {
+                        Count::Exact(n)
+                    }
+                };
+                KeyRow {
+                    queue: r.get("queue"),
+                    key: r.get("key"),
+                    running: r.get("running"),
+                    per_key: r.get("per_key"),
+                    ready: count(ready),
+                    waiting: count(waiting),
+                }
+            })
+            .collect();
+    }
+    if held_total > 0 {
+        let seqs = db::rows(
+            &*tx,
+            &sql.queue_sequences_held,
+            &[
+                (&cap, Type::INT8),
+                (&WAITS_SHOWN, Type::INT8),
+                (&max_queues, Type::INT8),
+            ],
+        )
+        .await?;
+        let capped = seqs.first().is_some_and(|r| r.get::<_, i64>("read") >= cap);
+        out.sequences = seqs
+            .iter()
+            .map(|r| {
+                let held: i64 = r.get("held");
+                SequenceRow {
+                    queue: r.get("queue"),
+                    sequence: r.get("sequence"),
+                    held: if capped {
+                        Count::AtLeast(held)
+                    } else {
+                        Count::Exact(held)
+                    },
+                    waits_for: r
+                        .get::<_, Option<i64>>("active_id")
+                        .zip(r.get::<_, Option<String>>("active_status")),
+                }
+            })
+            .collect();
     }
     let schedules = db::rows(&*tx, &sql.schedule_list, &[(&max_queues, Type::INT8)]).await?;
     out.schedules = schedules
@@ -503,6 +696,170 @@ fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
     s
 }
 
+/// A rate: `100 / s`, `5 / 500 ms`, `1,000 / 10 min`.
+fn rate(n: i32, period_us: i64) -> String {
+    let units: [(i64, &str); 5] = [
+        (86_400_000_000, "d"),
+        (3_600_000_000, "h"),
+        (60_000_000, "min"),
+        (1_000_000, "s"),
+        (1_000, "ms"),
+    ];
+    let (k, unit) = units
+        .iter()
+        .find(|(u, _)| period_us >= *u && period_us % u == 0)
+        .map_or((period_us, "µs"), |(u, name)| (period_us / u, *name));
+    let period = if k == 1 {
+        unit.to_owned()
+    } else {
+        format!("{} {unit}", html::int(k))
+    };
+    format!("{} / {period}", html::int(i64::from(n)))
+}
+
+/// Why a limited queue's jobs wait, from its last claim.
+fn bound_tag(bound: Option<&str>) -> String {
+    match bound {
+        Some("slots") => {
+            "<span class=\"tag\" title=\"The last claim left ready jobs behind for want of a \
+             concurrency or per-key slot: a finished job frees one and wakes the workers\">\
+             waiting for a slot</span>"
+                .to_owned()
+        }
+        Some("rate") => {
+            "<span class=\"tag\" title=\"The last claim left ready jobs behind for want of room \
+             in the rate window: the workers wait until it has room\">rate window full</span>"
+                .to_owned()
+        }
+        Some(other) => esc(other),
+        None => "<span class=\"muted\">-</span>".to_owned(),
+    }
+}
+
+/// Flow control: each limited queue (or queue with held jobs), its limits, running jobs
+/// against the concurrency limit and why its jobs wait; then the keys at their per-key limit
+/// and the sequences with held jobs.
+fn flow_control(f: &Frame<'_>, q: &Queues) -> String {
+    let rows: Vec<&QueueRow> = q
+        .rows
+        .iter()
+        .filter(|r| r.limits.is_some() || r.held.value() > 0)
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let base = esc(f.base);
+    let dash = || "<span class=\"muted\">-</span>".to_owned();
+    let limit = |n: Option<i32>| n.map_or_else(dash, |n| html::int(i64::from(n)));
+    let queue_link = |queue: &str| {
+        format!(
+            "<a href=\"{base}/jobs?queue={}\">{}</a>",
+            url_value(queue),
+            esc(queue)
+        )
+    };
+    let mut s = String::from(
+        "<h2>Flow control</h2><table class=\"grid flow\"><thead><tr><th>Queue</th>\
+         <th title=\"At most this many of its jobs run at once, across every worker and process\">\
+         Concurrency</th>\
+         <th title=\"At most this many jobs of one key run at once\">Per key</th>\
+         <th title=\"At most this many starts in any interval of the period (a sliding window)\">\
+         Rate</th>\
+         <th title=\"Running jobs, against the concurrency limit\">Running</th>\
+         <th title=\"Queued, waiting for their turn in a sequence\">Held</th>\
+         <th title=\"Why the last claim left ready jobs behind, if it did\">Jobs wait</th>\
+         <th>Limits set by</th></tr></thead><tbody>",
+    );
+    for r in rows {
+        let l = r.limits.as_ref();
+        s.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            queue_link(&r.queue),
+            limit(l.and_then(|l| l.concurrency)),
+            limit(l.and_then(|l| l.per_key)),
+            l.and_then(|l| l.rate)
+                .map_or_else(dash, |(n, us)| rate(n, us)),
+            running_cell(f, r),
+            state_link(f, r, "held", r.held),
+            match l {
+                Some(l) => bound_tag(l.bound.as_deref()),
+                None => dash(),
+            },
+            l.and_then(|l| l.by.as_deref()).map_or_else(dash, esc),
+        ));
+    }
+    s.push_str("</tbody></table>");
+
+    if !q.keys.is_empty() {
+        s.push_str(
+            "<h3>Keys at their per-key limit</h3><table class=\"grid keys\"><thead><tr>\
+             <th>Queue</th><th>Key</th>\
+             <th title=\"Its running jobs, against the per-key limit\">Running</th>\
+             <th title=\"Queued, due now, waiting for a slot of this key\">Ready</th>\
+             <th title=\"Queued and not held, due now or later\">Waiting</th>\
+             </tr></thead><tbody>",
+        );
+        for k in &q.keys {
+            s.push_str(&format!(
+                "<tr><td>{}</td><td><code>{}</code></td><td>{} <span class=\"limit\">/ {}</span></td>\
+                 <td>{}</td><td>{}</td></tr>",
+                queue_link(&k.queue),
+                esc(&k.key),
+                html::int(k.running),
+                html::int(i64::from(k.per_key)),
+                k.ready.html(),
+                k.waiting.html(),
+            ));
+        }
+        s.push_str("</tbody></table>");
+        let mut note = format!(
+            "The keys with the most ready jobs among those at their limit, {WAITS_SHOWN} per \
+             queue at most; each key's queued jobs are counted up to {}.",
+            html::int(KEY_ROWS)
+        );
+        if q.keys_considered > KEYS_LOOKED {
+            note.push_str(&format!(
+                " {} keys are at their limit: the first {KEYS_LOOKED} by queue and key were \
+                 looked at.",
+                html::int(q.keys_considered)
+            ));
+        }
+        s.push_str(&format!("<p class=\"note\">{}</p>", esc(&note)));
+    }
+
+    if !q.sequences.is_empty() {
+        s.push_str(
+            "<h3>Sequences with held jobs</h3><table class=\"grid sequences\"><thead><tr>\
+             <th>Queue</th><th>Sequence</th>\
+             <th title=\"Its jobs in this queue waiting for their turn\">Held</th>\
+             <th title=\"The member that runs before them: the next one becomes ready when it \
+             finishes\">Waiting for</th></tr></thead><tbody>",
+        );
+        for q in &q.sequences {
+            let waits = match &q.waits_for {
+                Some((id, state)) => format!(
+                    "<a href=\"{base}/jobs/{id}\">job {id}</a> {}",
+                    html::state_badge(state)
+                ),
+                None => dash(),
+            };
+            s.push_str(&format!(
+                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{waits}</td></tr>",
+                queue_link(&q.queue),
+                esc(&q.sequence),
+                q.held.html(),
+            ));
+        }
+        s.push_str("</tbody></table>");
+        s.push_str(&format!(
+            "<p class=\"note\">The sequences with the most held jobs, {WAITS_SHOWN} per queue at \
+             most.</p>"
+        ));
+    }
+    s
+}
+
 /// The next fire of `cron` in `time_zone` after `after` (epoch seconds), by the library's
 /// own cron reading.
 fn next_fire_after(cron: &str, time_zone: &str, after: f64) -> Option<f64> {
@@ -579,7 +936,19 @@ fn schedules_table(f: &Frame<'_>, q: &Queues) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::two_figures;
+    use super::{rate, two_figures};
+
+    #[test]
+    fn rates_read_as_starts_per_period() {
+        assert_eq!(rate(100, 1_000_000), "100 / s");
+        assert_eq!(rate(5, 500_000), "5 / 500 ms");
+        assert_eq!(rate(1_000, 600_000_000), "1,000 / 10 min");
+        assert_eq!(rate(10, 60_000_000), "10 / min");
+        assert_eq!(rate(1, 86_400_000_000), "1 / d");
+        assert_eq!(rate(3, 7_200_000_000), "3 / 2 h");
+        assert_eq!(rate(3, 1_500_000), "3 / 1,500 ms");
+        assert_eq!(rate(3, 1_001), "3 / 1,001 µs");
+    }
 
     #[test]
     fn estimates_keep_two_significant_figures() {

@@ -106,6 +106,73 @@ CREATE TABLE IF NOT EXISTS {schema}.queue_starts (
 );
 CREATE INDEX IF NOT EXISTS queue_starts_idx ON {schema}.queue_starts (queue, at);
 
+-- One key's room for claim_walk(): its slots left under p_per_key, and whether it has a
+-- ready job (one probe each).
+CREATE OR REPLACE FUNCTION {schema}.claim_key_room(p_queue text, p_key text, p_per_key int,
+                                                   ts timestamptz)
+RETURNS TABLE (free bigint, has_ready boolean)
+LANGUAGE sql STABLE AS $$
+  SELECT p_per_key - (SELECT count(*) FROM (
+           SELECT 1 FROM {schema}.jobs s
+           WHERE s.queue = p_queue AND s.key = p_key
+             AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
+             AND (s.status = 'running' OR s.locked_until > ts)
+           LIMIT p_per_key) c),
+         -- A scalar subquery with LIMIT, not EXISTS: EXISTS may be planned as one hashed
+         -- scan of every ready row, which stale statistics can make look cheap.
+         coalesce((SELECT true FROM {schema}.jobs j
+                   WHERE j.queue = p_queue AND j.key = p_key AND j.status = 'queued'
+                     AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
+                   ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+                   LIMIT 1), false)
+$$;
+
+-- The per-key part of claim_limited(): walks the keys of queue p_queue that have queued jobs,
+-- in key order, from the first key after p_after up to p_upto (NULL: the last key), one
+-- descent of jobs_key_ready_idx per key, and stops once p_keys keys with a free slot and a
+-- ready job have been seen. For each key visited, returns its ready jobs in claim order
+-- (priority, run_at, id), ranked `rn` from 1, up to its free slots plus one (the one more
+-- shows that jobs wait behind a full key), with `free`, its slots left under p_per_key
+-- (slots in use: running jobs, and cancelled ones whose lease has not ended).
+CREATE OR REPLACE FUNCTION {schema}.claim_walk(p_queue text, p_after text, p_upto text,
+                                               p_per_key int, p_keys bigint, ts timestamptz)
+RETURNS TABLE (k text, id bigint, rn bigint, priority smallint, run_at timestamptz,
+               free bigint)
+LANGUAGE sql STABLE AS $$
+  WITH RECURSIVE walk(k, free, has_ready, given) AS (
+    SELECT s.k, f.free, f.has_ready, (f.free > 0 AND f.has_ready)::int
+    FROM (SELECT j.key AS k FROM {schema}.jobs j
+          WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
+            AND j.key > p_after AND (p_upto IS NULL OR j.key <= p_upto)
+          ORDER BY j.queue, j.key
+          LIMIT 1) s
+    CROSS JOIN LATERAL {schema}.claim_key_room(p_queue, s.k, p_per_key, ts) f
+    UNION ALL
+    SELECT s.k, f.free, f.has_ready, w.given + (f.free > 0 AND f.has_ready)::int
+    FROM walk w
+    CROSS JOIN LATERAL (
+      SELECT j.key AS k FROM {schema}.jobs j
+      WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
+        AND j.key > w.k AND (p_upto IS NULL OR j.key <= p_upto)
+      ORDER BY j.queue, j.key
+      LIMIT 1) s
+    CROSS JOIN LATERAL {schema}.claim_key_room(p_queue, s.k, p_per_key, ts) f
+    WHERE w.given < p_keys
+  )
+  SELECT w.k, c.id, c.rn, c.priority, c.run_at, w.free
+  FROM walk w
+  CROSS JOIN LATERAL (
+    SELECT x.id, x.priority, x.run_at,
+           row_number() OVER (ORDER BY x.priority, x.run_at, x.id) AS rn
+    FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
+          WHERE j.queue = p_queue AND j.key = w.k AND j.status = 'queued' AND j.held IS NULL
+            AND j.run_at <= ts AND j.attempts < j.max_attempts
+          ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+          LIMIT least(greatest(w.free, 0), p_keys) + 1) x
+  ) c
+  WHERE w.has_ready
+$$;
+
 -- Claims up to p_want ready jobs of a limited queue and leases them for p_lease_us
 -- microseconds; returns them as job_claim.sql does. Called by job_claim.sql only when the
 -- queue's row says it is limited (and not paused).
@@ -148,15 +215,8 @@ DECLARE
   bound     text;
   n         bigint;
   -- The per-key walk.
-  start_k    text;
-  k          text;
-  nk         text;
   new_cursor text;
-  wrapped    boolean := false;
-  free       bigint;
   seen       bigint := 0;
-  i          bigint;
-  r          record;
   c_ids      bigint[] := '{}';
   c_rn       bigint[] := '{}';
   c_pr       smallint[] := '{}';
@@ -192,57 +252,28 @@ BEGIN
         ORDER BY j.queue, j.priority, j.run_at, j.id
         LIMIT budget) r;
     ELSE
-      -- Keys in turn, from the key after the queue's cursor (where the last claim stopped),
-      -- wrapping around once: each key with a free slot gives up to its free slots (one more
-      -- is read, to learn whether more wait), until `budget` keys have given or every key
-      -- with queued jobs was visited. Each step is one descent of jobs_key_ready_idx.
-      start_k := q.key_cursor;
-      k := start_k;
-      LOOP
-        nk := NULL;
-        SELECT j.key INTO nk FROM {schema}.jobs j
-        WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
-          AND j.key > coalesce(k, '')
-        ORDER BY j.queue, j.key
-        LIMIT 1;
-        IF nk IS NULL THEN
-          EXIT WHEN wrapped OR start_k IS NULL;
-          wrapped := true;
-          k := NULL;
-          CONTINUE;
-        END IF;
-        EXIT WHEN wrapped AND nk > start_k;
-        k := nk;
-        SELECT q.per_key - count(*) INTO free FROM (
-          SELECT 1 FROM {schema}.jobs s
-          WHERE s.queue = p_queue AND s.key = nk
-            AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
-            AND (s.status = 'running' OR s.locked_until > ts)
-          LIMIT q.per_key) c;
-        i := 0;
-        FOR r IN
-          SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-          WHERE j.queue = p_queue AND j.key = nk AND j.status = 'queued' AND j.held IS NULL
-            AND j.run_at <= ts AND j.attempts < j.max_attempts
-          ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-          LIMIT least(greatest(free, 0), budget) + 1
-        LOOP
-          i := i + 1;
-          IF i > free THEN
-            key_bound := true;
-          ELSE
-            c_ids := c_ids || r.id;
-            c_rn := c_rn || i;
-            c_pr := c_pr || r.priority;
-            c_at := c_at || r.run_at;
-          END IF;
-        END LOOP;
-        IF i > 0 AND free > 0 THEN
-          seen := seen + 1;
-          new_cursor := nk;
-        END IF;
-        EXIT WHEN seen >= budget;
-      END LOOP;
+      -- Keys in turn, from the key after the queue's cursor (where the last claim stopped) to
+      -- the last key, then from the first key up to the cursor (claim_walk(), one statement
+      -- each), until `budget` keys have given or every key with queued jobs was visited.
+      SELECT coalesce(array_agg(w.id) FILTER (WHERE w.rn <= w.free), '{}'),
+             coalesce(array_agg(w.rn) FILTER (WHERE w.rn <= w.free), '{}'),
+             coalesce(array_agg(w.priority) FILTER (WHERE w.rn <= w.free), '{}'),
+             coalesce(array_agg(w.run_at) FILTER (WHERE w.rn <= w.free), '{}'),
+             coalesce(bool_or(w.rn > w.free), false),
+             count(DISTINCT w.k) FILTER (WHERE w.rn <= w.free),
+             max(w.k) FILTER (WHERE w.rn <= w.free)
+      INTO c_ids, c_rn, c_pr, c_at, key_bound, seen, new_cursor
+      FROM {schema}.claim_walk(p_queue, coalesce(q.key_cursor, ''), NULL, q.per_key, budget, ts) w;
+      IF seen < budget AND q.key_cursor IS NOT NULL THEN
+        SELECT c_ids || coalesce(array_agg(w.id) FILTER (WHERE w.rn <= w.free), '{}'),
+               c_rn || coalesce(array_agg(w.rn) FILTER (WHERE w.rn <= w.free), '{}'),
+               c_pr || coalesce(array_agg(w.priority) FILTER (WHERE w.rn <= w.free), '{}'),
+               c_at || coalesce(array_agg(w.run_at) FILTER (WHERE w.rn <= w.free), '{}'),
+               key_bound OR coalesce(bool_or(w.rn > w.free), false),
+               coalesce(max(w.k) FILTER (WHERE w.rn <= w.free), new_cursor)
+        INTO c_ids, c_rn, c_pr, c_at, key_bound, new_cursor
+        FROM {schema}.claim_walk(p_queue, '', q.key_cursor, q.per_key, budget - seen, ts) w;
+      END IF;
       -- Round robin: every key's first job, then every key's second, and so on; jobs
       -- without a key count as keys of their own.
       SELECT array_agg(x.id ORDER BY x.rn, x.priority, x.run_at, x.id) INTO ids FROM (
@@ -669,6 +700,10 @@ BEGIN
     USING ERRCODE = '40001';
 END;
 $$;
+
+-- The new columns have no statistics yet: without them the planner takes `held IS NOT NULL`
+-- for nearly every row until the next autoanalyze. A sample of the table, once.
+ANALYZE {schema}.jobs (key, sequence, held);
 
 -- Whoever may use the jobs table may use the rate window's table (the claim writes it).
 DO $$

@@ -40,6 +40,12 @@
 //! | [`JOBS_UNSERVED_WAITING`] | gauge | `queue` | queued jobs a worker handed back for want of a handler for their kind, waiting for one that handles it |
 //! | [`OLDEST_READY_AGE`] | gauge | `queue` | age of the oldest ready job, seconds (0 when none) |
 //! | [`QUEUE_PAUSED`] | gauge | `queue` | 1 while the queue is paused |
+//! | [`JOBS_HELD`] | gauge | `queue` | queued jobs held back: waiting for their turn in a sequence (not ready, whatever their `run_at`) |
+//! | [`QUEUE_LIMIT_BOUND`] | gauge | `queue`, `reason` | 1 when the queue's last claim left ready jobs behind for want of a concurrency or per-key slot (`reason` `slots`) or of room in the rate window (`rate`), else 0; for queues with limits (and 0 for one whose limits were lifted) |
+//! | [`QUEUE_CONCURRENCY_LIMIT`] | gauge | `queue` | the queue's concurrency limit: at most this many of its jobs run at once (0: none); for queues with limits (and 0 for one whose limits were lifted), as are the three below |
+//! | [`QUEUE_PER_KEY_LIMIT`] | gauge | `queue` | its per-key limit: at most this many jobs of one key run at once (0: none) |
+//! | [`QUEUE_RATE_LIMIT`] | gauge | `queue` | its rate limit: at most this many starts in any interval of [`QUEUE_RATE_PERIOD`] (0: none) |
+//! | [`QUEUE_RATE_PERIOD`] | gauge | `queue` | its rate limit's period, seconds (0: none) |
 //! | [`TABLE_DEAD_TUPLES`] | gauge | | the jobs table's dead row versions |
 //! | [`TABLE_LIVE_TUPLES`] | gauge | | the jobs table's live rows |
 //! | [`TABLE_BYTES`] | gauge | | the jobs table's size with its indexes, bytes |
@@ -95,6 +101,18 @@ pub const JOBS_READY: &str = "skiplock_jobs_ready";
 pub const OLDEST_READY_AGE: &str = "skiplock_queue_oldest_ready_age_seconds";
 /// A paused queue.
 pub const QUEUE_PAUSED: &str = "skiplock_queue_paused";
+/// Queued jobs held back, waiting for their turn in a sequence.
+pub const JOBS_HELD: &str = "skiplock_jobs_held";
+/// Why a limited queue's last claim left ready jobs behind (`reason`: `slots`, `rate`).
+pub const QUEUE_LIMIT_BOUND: &str = "skiplock_queue_limit_bound";
+/// A queue's concurrency limit (0: none).
+pub const QUEUE_CONCURRENCY_LIMIT: &str = "skiplock_queue_concurrency_limit";
+/// A queue's per-key limit (0: none).
+pub const QUEUE_PER_KEY_LIMIT: &str = "skiplock_queue_per_key_limit";
+/// A queue's rate limit: starts per period (0: none).
+pub const QUEUE_RATE_LIMIT: &str = "skiplock_queue_rate_limit";
+/// A queue's rate limit's period (0: none).
+pub const QUEUE_RATE_PERIOD: &str = "skiplock_queue_rate_period_seconds";
 /// The jobs table's dead tuples.
 pub const TABLE_DEAD_TUPLES: &str = "skiplock_jobs_table_dead_tuples";
 /// The jobs table's live tuples.
@@ -169,6 +187,36 @@ pub fn describe() {
     );
     describe_gauge!(QUEUE_PAUSED, "1 while the queue is paused.");
     describe_gauge!(
+        JOBS_HELD,
+        Unit::Count,
+        "Queued jobs held back per queue, waiting for their turn in a sequence."
+    );
+    describe_gauge!(
+        QUEUE_LIMIT_BOUND,
+        "1 when the queue's last claim left ready jobs behind for want of a slot (reason=slots) \
+         or of room in the rate window (reason=rate)."
+    );
+    describe_gauge!(
+        QUEUE_CONCURRENCY_LIMIT,
+        Unit::Count,
+        "The queue's concurrency limit (0: none)."
+    );
+    describe_gauge!(
+        QUEUE_PER_KEY_LIMIT,
+        Unit::Count,
+        "The queue's per-key concurrency limit (0: none)."
+    );
+    describe_gauge!(
+        QUEUE_RATE_LIMIT,
+        Unit::Count,
+        "The queue's rate limit: starts allowed per period (0: none)."
+    );
+    describe_gauge!(
+        QUEUE_RATE_PERIOD,
+        Unit::Seconds,
+        "The period of the queue's rate limit (0: none)."
+    );
+    describe_gauge!(
         TABLE_DEAD_TUPLES,
         Unit::Count,
         "Dead row versions in the jobs table."
@@ -240,4 +288,128 @@ pub(crate) fn flag_labelled(name: &'static str, queue: &str, on: bool) {
 /// Seconds as a histogram value.
 pub(crate) fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::DebuggingRecorder;
+    use metrics_util::MetricKind;
+
+    use super::*;
+
+    /// Every metric: its constant's name, its name and its kind.
+    macro_rules! all {
+        ($($c:ident: $kind:ident,)*) => {
+            &[$((stringify!($c), $c, MetricKind::$kind),)*]
+        };
+    }
+    const ALL: &[(&str, &str, MetricKind)] = all! {
+        JOBS_ENQUEUED: Counter,
+        JOBS_CLAIMED: Counter,
+        JOBS_FINISHED: Counter,
+        JOB_RUN: Histogram,
+        JOB_QUEUE_WAIT: Histogram,
+        CLAIM_DURATION: Histogram,
+        CLAIM_BATCH_SIZE: Histogram,
+        CLAIM_ERRORS: Counter,
+        HEARTBEAT_ROUNDS: Counter,
+        HEARTBEAT_RENEWED: Counter,
+        HEARTBEAT_LOST: Counter,
+        HEARTBEAT_ERRORS: Counter,
+        JOBS_REAPED: Counter,
+        JOBS_UNSERVED: Counter,
+        JOBS_UNSERVED_WAITING: Gauge,
+        LISTENER_CONNECTED: Gauge,
+        POLLING_FALLBACK: Gauge,
+        JOBS: Gauge,
+        JOBS_READY: Gauge,
+        OLDEST_READY_AGE: Gauge,
+        QUEUE_PAUSED: Gauge,
+        JOBS_HELD: Gauge,
+        QUEUE_LIMIT_BOUND: Gauge,
+        QUEUE_CONCURRENCY_LIMIT: Gauge,
+        QUEUE_PER_KEY_LIMIT: Gauge,
+        QUEUE_RATE_LIMIT: Gauge,
+        QUEUE_RATE_PERIOD: Gauge,
+        TABLE_DEAD_TUPLES: Gauge,
+        TABLE_LIVE_TUPLES: Gauge,
+        TABLE_BYTES: Gauge,
+        OLDEST_XMIN_AGE: Gauge,
+        GAUGES_UPDATED: Gauge,
+    };
+
+    #[test]
+    fn every_name_follows_the_conventions_and_is_in_the_tables() {
+        let source = include_str!("metrics.rs");
+        let docs: String = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("//!"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Every `pub const ... &str` of this file is in ALL.
+        let consts = source
+            .lines()
+            .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \"skiplock_"))
+            .count();
+        assert_eq!(consts, ALL.len(), "a name constant is missing from ALL");
+        let mut seen = std::collections::HashSet::new();
+        for (ident, name, kind) in ALL {
+            assert!(seen.insert(*name), "{name} twice");
+            assert!(
+                name.starts_with("skiplock_")
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}"
+            );
+            assert_eq!(
+                name.ends_with("_total"),
+                *kind == MetricKind::Counter,
+                "{name}: counters, and only counters, end in _total"
+            );
+            let kind_word = match kind {
+                MetricKind::Counter => "counter",
+                MetricKind::Gauge => "gauge",
+                MetricKind::Histogram => "histogram",
+            };
+            assert!(
+                docs.contains(&format!("| [`{ident}`] | {kind_word} |")),
+                "{ident} ({kind_word}) is not in the module's tables"
+            );
+        }
+    }
+
+    #[test]
+    fn every_metric_is_described_with_its_unit() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            describe();
+            for (_, name, kind) in ALL {
+                match kind {
+                    MetricKind::Counter => counter!(*name).increment(1),
+                    MetricKind::Gauge => gauge!(*name).set(1.0),
+                    MetricKind::Histogram => ::metrics::histogram!(*name).record(1.0),
+                }
+            }
+        });
+        let described: HashMap<String, (Option<Unit>, bool)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(k, unit, text, _)| (k.key().name().to_owned(), (unit, text.is_some())))
+            .collect();
+        for (_, name, _) in ALL {
+            let Some((unit, text)) = described.get(*name) else {
+                panic!("{name} was not recorded");
+            };
+            assert!(text, "{name} has no help text");
+            if name.ends_with("_seconds") {
+                assert_eq!(*unit, Some(Unit::Seconds), "{name}");
+            }
+            if name.ends_with("_bytes") {
+                assert_eq!(*unit, Some(Unit::Bytes), "{name}");
+            }
+        }
+    }
 }

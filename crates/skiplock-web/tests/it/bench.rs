@@ -42,6 +42,25 @@ async fn bench_pages_on_a_million_finished_jobs() {
     for _ in 0..5 {
         b.add("q2", "kind2", "running").await;
     }
+    // Flow control: q1 limited, with a sequence of held jobs.
+    b.client
+        .set_queue_limits(
+            "q1",
+            skiplock::QueueLimits::none().concurrency(4).per_key(1),
+            None,
+        )
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        b.client
+            .enqueue(
+                &skiplock::NewJob::from_json("kind1", "{}")
+                    .queue("q1")
+                    .sequence("s"),
+            )
+            .await
+            .unwrap();
+    }
     b.raw.batch_execute("VACUUM ANALYZE jobs").await.unwrap();
     let fill = started.elapsed();
     let middle = n / 2;
@@ -50,6 +69,7 @@ async fn bench_pages_on_a_million_finished_jobs() {
         "/".to_owned(),
         "/jobs".to_owned(),
         "/jobs?state=queued".to_owned(),
+        "/jobs?state=held".to_owned(),
         "/jobs?state=failed".to_owned(),
         "/jobs?state=done&queue=q2&kind=kind3".to_owned(),
         format!("/jobs?before={middle}"),
@@ -59,7 +79,7 @@ async fn bench_pages_on_a_million_finished_jobs() {
         "/bulk?action=retry&state=failed".to_owned(),
     ];
     println!(
-        "\n{n} finished jobs (+205 live) filled and analysed in {:.1} s\n",
+        "\n{n} finished jobs (+210 live) filled and analysed in {:.1} s\n",
         fill.as_secs_f64()
     );
     println!(

@@ -1,6 +1,7 @@
 //! The dashboard in a real headless browser (Chromium through chromedriver): every page
 //! loads, the buttons change the database, the page polls while visible and stops while
-//! hidden. Screenshots of each page go to `target/web-screenshots/`.
+//! hidden, and flow control shows (a limited queue above a lowered limit, a held job).
+//! Screenshots of each page go to `target/web-screenshots/`.
 //!
 //! Without `chromium` and `chromedriver` on the PATH the test says so loudly and passes,
 //! unless `SKIPLOCK_REQUIRE_BROWSER=1` (CI sets it).
@@ -175,6 +176,46 @@ async fn drive(
         std::fs::write(dir.join(format!("{name}.png")), browser.screenshot().await?)?;
     }
 
+    // Flow control: a limited queue whose concurrency limit was lowered below what runs, a
+    // key at its per-key limit, a sequence with held jobs, and a held job's page.
+    let held = flow_control(b).await?;
+    browser.goto(&format!("{base}/")).await?;
+    let flow = wait_text(browser, "table.flow").await?;
+    for want in [
+        "payments",
+        "3 / 2",
+        "above limit",
+        "5 / s",
+        "waiting for a slot",
+    ] {
+        if !flow.contains(want) {
+            bail!("the flow control table lacks {want:?}: {flow:?}");
+        }
+    }
+    let keys = wait_text(browser, "table.keys").await?;
+    if !keys.contains("acct-1") {
+        bail!("the keys table lacks acct-1: {keys:?}");
+    }
+    wait_text(browser, "table.sequences").await?;
+    // Taller, so that the whole flow control section shows.
+    browser.set_window_size(1280, 1000).await?;
+    std::fs::write(dir.join("queues-limited.png"), browser.screenshot().await?)?;
+    browser.set_window_size(1280, 800).await?;
+    browser.goto(&format!("{base}/jobs/{held}")).await?;
+    let state = wait_text(browser, "table.kv").await?;
+    if !state.contains("waiting for its turn in sequence invoice-9") {
+        bail!("the held job's page: {state:?}");
+    }
+    std::fs::write(dir.join("job-held.png"), browser.screenshot().await?)?;
+    browser
+        .goto(&format!("{base}/jobs?state=queued&queue=payments"))
+        .await?;
+    let list = wait_text(browser, "table.jobs").await?;
+    if list.matches("held").count() != 2 {
+        bail!("the queued list tags two held jobs: {list:?}");
+    }
+    std::fs::write(dir.join("jobs-held.png"), browser.screenshot().await?)?;
+
     // The queues page polls while visible...
     browser.goto(&format!("{base}/")).await?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -293,6 +334,65 @@ async fn drive(
         bail!("after the pause click, the webhooks queue is {paused:?}");
     }
     Ok(())
+}
+
+/// A limited queue, `payments`: at most 2 at once (lowered below the 3 that run), 1 per
+/// key, 5 starts a second; its last claim was bound by a slot; acct-1 is at its per-key
+/// limit with ready jobs behind it, and sequence invoice-9 has two held jobs. Returns a held
+/// job's id.
+async fn flow_control(b: &Bundle) -> anyhow::Result<i64> {
+    use skiplock::{NewJob, QueueLimits};
+    b.client
+        .set_queue_limits(
+            "payments",
+            QueueLimits::none()
+                .concurrency(4)
+                .per_key(1)
+                .rate(5, Duration::from_secs(1)),
+            Some("ops"),
+        )
+        .await?;
+    for key in ["acct-1", "acct-2", "acct-3"] {
+        b.raw
+            .execute(
+                "INSERT INTO jobs (queue, kind, payload, status, attempts, locked_until, key) \
+                 VALUES ('payments', 'charge', '{}', 'running', 1, \
+                         now() + interval '5 minutes', $1)",
+                &[&key],
+            )
+            .await?;
+    }
+    for _ in 0..6 {
+        let job = NewJob::from_json("charge", "{}")
+            .queue("payments")
+            .key("acct-1");
+        b.client.enqueue(&job).await?;
+    }
+    let mut held = 0;
+    for _ in 0..3 {
+        let job = NewJob::from_json("invoice", "{}")
+            .queue("payments")
+            .sequence("invoice-9");
+        held = b.client.enqueue(&job).await?.0;
+    }
+    // Lowered below what runs, as an operator would during an incident.
+    b.client
+        .set_queue_limits(
+            "payments",
+            QueueLimits::none()
+                .concurrency(2)
+                .per_key(1)
+                .rate(5, Duration::from_secs(1)),
+            Some("ops"),
+        )
+        .await?;
+    b.raw
+        .execute(
+            "UPDATE queues SET limit_bound = 'slots' WHERE name = 'payments'",
+            &[],
+        )
+        .await?;
+    Ok(held)
 }
 
 /// Clicks the button with this id (found again if a refresh replaced it meanwhile).

@@ -8,6 +8,7 @@ mod auth;
 mod bench;
 mod browser;
 mod control;
+mod flow;
 mod pages;
 mod pagination;
 mod pgbouncer;

@@ -21,18 +21,21 @@ async fn every_page_renders_with_the_databases_figures() {
     let q = get(&r, "/").await;
     assert_eq!(q.status, StatusCode::OK, "{}", q.body);
     assert!(q.body.contains("<nav>"), "the nav bar");
-    // One row per queue, with its counts: mail has 3 queued (ready), 1 running, 4 done.
+    // One row per queue, with its counts: mail has 3 queued (ready, none held), 1 running,
+    // 4 done.
     let mail = row(&q.body, "mail");
     assert_eq!(
         cells(&mail),
-        ["mail", "3", "3", "1", "4", "0", "4", "0 s", "-", "Pause"],
+        ["mail", "3", "3", "0", "1", "4", "0", "4", "0 s", "-", "Pause"],
         "{mail}"
     );
     let reports = row(&q.body, "reports");
     assert_eq!(
         cells(&reports),
-        ["reports", "0", "0", "0", "2", "1", "3", "-", "-", "Pause"]
+        ["reports", "0", "0", "0", "0", "2", "1", "3", "-", "-", "Pause"]
     );
+    // No limited queue and no held job: no flow control section.
+    assert!(!q.body.contains("Flow control"), "{}", q.body);
 
     let list = get(&r, "/jobs").await;
     assert_eq!(list.status, StatusCode::OK);
@@ -267,25 +270,26 @@ async fn counts_beyond_the_limit_are_shown_as_bounds_and_estimates() {
     for round in ["stale statistics", "fresh statistics"] {
         let q = get(&r, "/").await;
         assert_eq!(q.status, StatusCode::OK);
-        // Columns: queue, queued, ready, running, done, failed, finished / min, ...
+        // Columns: queue, queued, ready, held, running, done, failed, finished / min, ...
         let small = queue_cells(&q.body, "small");
         assert_eq!(
-            (text(&small[4]), text(&small[5]), text(&small[6])),
+            (text(&small[5]), text(&small[6]), text(&small[7])),
             ("50".to_owned(), "5".to_owned(), "55".to_owned()),
             "{round}: {small:?}"
         );
         assert!(
-            !small[4].contains("approx") && !small[5].contains("approx"),
+            !small[5].contains("approx") && !small[6].contains("approx"),
             "{round}: exact counts are shown plainly: {small:?}"
         );
         let big = queue_cells(&q.body, "big");
         // Queued rows stop at the limit; past it the done count is an estimate (here the
         // table is smaller than the sample, so the sample reads all of it: 300).
         assert_eq!(text(&big[1]), "100+", "{round}: {big:?}");
-        assert_eq!(text(&big[4]), "≈&#8239;300", "{round}: {big:?}");
-        assert_eq!(text(&big[5]), "0", "{round}: {big:?}");
+        assert_eq!(text(&big[3]), "0", "{round}: none held: {big:?}");
+        assert_eq!(text(&big[5]), "≈&#8239;300", "{round}: {big:?}");
+        assert_eq!(text(&big[6]), "0", "{round}: {big:?}");
         // 300 finished in the last minute: past the limit, a lower bound.
-        assert_eq!(text(&big[6]), "100+", "{round}: {big:?}");
+        assert_eq!(text(&big[7]), "100+", "{round}: {big:?}");
         assert!(q.body.contains("is an estimate"), "{}", q.body);
         b.raw.batch_execute("ANALYZE jobs").await.unwrap();
     }
@@ -314,20 +318,20 @@ async fn an_estimate_past_the_limit_is_never_below_it() {
     // Delete behind the dashboard's back after its estimate is cached: the cached estimate
     // may be stale, but a count past the limit never shows less than the limit, nor 0.
     let q = get(&r, "/").await;
-    assert_eq!(text(&queue_cells(&q.body, "big")[5]), "≈&#8239;150");
+    assert_eq!(text(&queue_cells(&q.body, "big")[6]), "≈&#8239;150");
     b.raw
         .batch_execute("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 30)")
         .await
         .unwrap();
     let q = get(&r, "/").await;
-    let failed = text(&queue_cells(&q.body, "big")[5]);
+    let failed = text(&queue_cells(&q.body, "big")[6]);
     assert!(failed == "≈&#8239;150" || failed == "100+", "{failed}");
     b.raw
         .batch_execute("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs ORDER BY id LIMIT 30)")
         .await
         .unwrap();
     let q = get(&r, "/").await;
-    assert_eq!(text(&queue_cells(&q.body, "big")[5]), "90");
+    assert_eq!(text(&queue_cells(&q.body, "big")[6]), "90");
 }
 
 #[tokio::test]

@@ -155,7 +155,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$3::text", "'nosuchkind'::text")
                 .replace("$4::int8", "NULL::int8")
                 .replace("$5", "51")
-                .replace("$6::int8", &format!("{lo}::int8")),
+                .replace("$6::int8", &format!("{lo}::int8"))
+                .replace("$7::bool", "false::bool"),
         ),
         (
             "job_list_newer",
@@ -165,7 +166,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$3::text", "'nosuchkind'::text")
                 .replace("$4::int8", &format!("{}::int8", lo - 5_000))
                 .replace("$5", "51")
-                .replace("$6::int8", &format!("{lo}::int8")),
+                .replace("$6::int8", &format!("{lo}::int8"))
+                .replace("$7::bool", "false::bool"),
         ),
         (
             "job_count",
@@ -174,7 +176,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$2::text", "NULL::text")
                 .replace("$3::text", "'k3'::text")
                 .replace("$4", "10000")
-                .replace("$5::int8", &format!("{lo}::int8")),
+                .replace("$5::int8", &format!("{lo}::int8"))
+                .replace("$6::bool", "false::bool"),
         ),
         (
             "job_select_ids",
@@ -184,7 +187,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$3::text", "NULL::text")
                 .replace("$4::int8", &format!("{top}::int8"))
                 .replace("$5", "1000")
-                .replace("$6::int8", &format!("{lo}::int8")),
+                .replace("$6::int8", &format!("{lo}::int8"))
+                .replace("$7::bool", "false::bool"),
         ),
     ];
     for (name, sql) in cases {

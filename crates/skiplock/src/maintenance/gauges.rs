@@ -1,20 +1,25 @@
 //! Publishes the database-derived gauges of [`crate::metrics`] (jobs per queue and state,
-//! the oldest ready job's age, the jobs table's tuples, the oldest transaction holding back
-//! vacuum) on a timer, from one process at a time, so that scrapes never touch the database.
+//! the oldest ready job's age, held jobs, the queues' limits and why their last claims were
+//! bound, the jobs table's tuples, the oldest transaction holding back vacuum) on a timer,
+//! from one process at a time, so that scrapes never touch the database.
 //!
 //! - Read with the health report's statements (`health_queues.sql`, `health_table.sql`,
-//!   `health_blockers.sql`); the first is one pass over the jobs table.
+//!   `health_blockers.sql`); the first is one pass over the jobs table. Held jobs and limits
+//!   come from `queue_list.sql` ([`Client::queues`]), which reads only the queued and running
+//!   rows (their partial indexes) and the `queues` table's few rows.
 //! - One process at a time: the `metrics` maintenance lock, kept by its holder from round to
 //!   round (renewed each round, expiring after three intervals), so that one process keeps
 //!   publishing; the others skip the round and publish nothing. A process that loses the
 //!   lock leaves its last values in place (read [`crate::metrics::GAUGES_UPDATED`] for their
 //!   age).
-//! - A queue that disappears from the table (its jobs pruned) gets zeros, not its last counts.
+//! - A queue that disappears from the table (its jobs pruned) gets zeros, not its last counts;
+//!   the limit gauges are published for the queues with limits, and a queue whose limits are
+//!   lifted gets zeros.
 //! - In a worker, with the poll off, a round runs only when there was real work since the
 //!   last one, never on a bare timer (see [`Service::AFTER_WORK_ONLY`]): an idle worker sends
 //!   nothing, and the gauges keep the values read after the last work.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +30,7 @@ use super::{LeaseLock, Service};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::metrics as m;
+use crate::QueueLimits;
 
 const LOCK: &str = "metrics";
 
@@ -43,7 +49,16 @@ pub(crate) struct Gauges {
     interval: Duration,
     lock: LeaseLock,
     /// The queues published last round, so that vanished ones get zeros.
-    known: HashSet<String>,
+    known: Known,
+}
+
+/// The queues published last round.
+#[derive(Debug, Default)]
+pub(crate) struct Known {
+    /// Every queue: vanished ones get zeros.
+    queues: HashSet<String>,
+    /// The queues with limits: one whose limits were lifted gets zero limits.
+    limited: HashSet<String>,
 }
 
 impl Gauges {
@@ -52,7 +67,7 @@ impl Gauges {
             client,
             interval,
             lock: LeaseLock::new(LOCK, interval.saturating_mul(3)),
-            known: HashSet::new(),
+            known: Known::default(),
         }
     }
 }
@@ -79,7 +94,7 @@ impl Service for Gauges {
 pub(crate) async fn run_once(
     client: &Client,
     lock: &LeaseLock,
-    known: &mut HashSet<String>,
+    known: &mut Known,
 ) -> Result<GaugesReport> {
     const OP: &str = "read the metrics gauges";
     let store = client.store();
@@ -90,7 +105,9 @@ pub(crate) async fn run_once(
     let queues = store.health_queues(&**conn).await?;
     let table = store.health_table(&**conn, client.schema().name()).await?;
     let blockers = store.health_blockers(&**conn, 0).await?;
+    let states = store.queue_list(&**conn).await?;
     drop(conn);
+    let held: HashMap<&str, i64> = states.iter().map(|s| (s.queue.as_str(), s.held)).collect();
 
     let mut seen = HashSet::with_capacity(queues.len());
     for q in &queues {
@@ -107,9 +124,11 @@ pub(crate) async fn run_once(
         gauge!(m::JOBS_UNSERVED_WAITING, "queue" => name.clone()).set(q.unserved as f64);
         gauge!(m::OLDEST_READY_AGE, "queue" => name.clone()).set(q.oldest_ready_age_s);
         m::flag_labelled(m::QUEUE_PAUSED, &name, q.paused);
+        let h = held.get(name.as_str()).copied().unwrap_or(0);
+        gauge!(m::JOBS_HELD, "queue" => name.clone()).set(h as f64);
         seen.insert(name);
     }
-    for gone in known.difference(&seen) {
+    for gone in known.queues.difference(&seen) {
         for state in ["queued", "running", "done", "failed"] {
             gauge!(m::JOBS, "queue" => gone.clone(), "state" => state).set(0.0);
         }
@@ -117,9 +136,19 @@ pub(crate) async fn run_once(
         gauge!(m::JOBS_UNSERVED_WAITING, "queue" => gone.clone()).set(0.0);
         gauge!(m::OLDEST_READY_AGE, "queue" => gone.clone()).set(0.0);
         m::flag_labelled(m::QUEUE_PAUSED, gone, false);
+        gauge!(m::JOBS_HELD, "queue" => gone.clone()).set(0.0);
     }
     let published = seen.len();
-    *known = seen;
+    known.queues = seen;
+    let mut limited = HashSet::new();
+    for s in states.iter().filter(|s| s.limits.is_limited()) {
+        limits(&s.queue, &s.limits, s.bound.as_deref());
+        limited.insert(s.queue.clone());
+    }
+    for lifted in known.limited.difference(&limited) {
+        limits(lifted, &QueueLimits::none(), None);
+    }
+    known.limited = limited;
     if let Some(t) = table {
         gauge!(m::TABLE_DEAD_TUPLES).set(t.n_dead_tup as f64);
         gauge!(m::TABLE_LIVE_TUPLES).set(t.n_live_tup as f64);
@@ -135,6 +164,20 @@ pub(crate) async fn run_once(
         .map_or(0.0, |d| d.as_secs_f64());
     gauge!(m::GAUGES_UPDATED).set(now);
     Ok(GaugesReport::Published { queues: published })
+}
+
+/// Sets a queue's limit gauges (0: no such limit) and why its last claim was bound.
+fn limits(queue: &str, l: &QueueLimits, bound: Option<&str>) {
+    let n = |v: Option<u32>| v.map_or(0.0, f64::from);
+    gauge!(m::QUEUE_CONCURRENCY_LIMIT, "queue" => queue.to_owned()).set(n(l.concurrency));
+    gauge!(m::QUEUE_PER_KEY_LIMIT, "queue" => queue.to_owned()).set(n(l.per_key));
+    gauge!(m::QUEUE_RATE_LIMIT, "queue" => queue.to_owned()).set(n(l.rate.map(|r| r.limit)));
+    gauge!(m::QUEUE_RATE_PERIOD, "queue" => queue.to_owned())
+        .set(l.rate.map_or(0.0, |r| r.period.as_secs_f64()));
+    for reason in ["slots", "rate"] {
+        let on = if bound == Some(reason) { 1.0 } else { 0.0 };
+        gauge!(m::QUEUE_LIMIT_BOUND, "queue" => queue.to_owned(), "reason" => reason).set(on);
+    }
 }
 
 /// Publishes the database gauges of [`crate::metrics`] every `interval` until `shutdown`
@@ -162,4 +205,131 @@ pub async fn publish_gauges(
         () = shutdown => stop.cancel(),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+    use super::*;
+    use crate::NewJob;
+
+    /// A gauge's name and sorted labels.
+    type Id = (String, Vec<(String, String)>);
+
+    /// The gauges in the snapshot.
+    fn gauges(s: &Snapshotter) -> HashMap<Id, f64> {
+        s.snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(k, _, _, v)| match v {
+                DebugValue::Gauge(g) => {
+                    let key = k.key();
+                    let mut labels: Vec<(String, String)> = key
+                        .labels()
+                        .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                        .collect();
+                    labels.sort();
+                    Some(((key.name().to_owned(), labels), g.into_inner()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn get(g: &HashMap<Id, f64>, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let mut want: Vec<(String, String)> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        want.sort();
+        g.get(&(name.to_owned(), want)).copied()
+    }
+
+    /// Held jobs per queue, a limited queue's limits and why its last claim was bound, and
+    /// zeros once the limits are lifted; a queue without limits has no limit gauges. Through
+    /// a recorder of this test's thread only (a current-thread runtime), so that other tests
+    /// do not disturb it.
+    #[tokio::test]
+    async fn held_jobs_limits_and_bounds_are_published() {
+        let db = skiplock_testdb::TestDb::new().await;
+        let client = Client::builder(db.url())
+            .schema(db.schema())
+            .build()
+            .unwrap();
+        client.migrate().await.unwrap();
+        client
+            .set_queue_limits(
+                "lim",
+                QueueLimits::none()
+                    .concurrency(3)
+                    .per_key(2)
+                    .rate(10, Duration::from_millis(500)),
+                None,
+            )
+            .await
+            .unwrap();
+        client
+            .enqueue(&NewJob::from_json("k", "{}").queue("lim"))
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            client
+                .enqueue(&NewJob::from_json("k", "{}").queue("seq").sequence("s1"))
+                .await
+                .unwrap();
+        }
+        let raw = db.connect().await.unwrap();
+        raw.batch_execute(&format!(
+            "UPDATE \"{}\".queues SET limit_bound = 'rate' WHERE name = 'lim'",
+            db.schema()
+        ))
+        .await
+        .unwrap();
+
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let _local = ::metrics::set_default_local_recorder(&recorder);
+        let lock = LeaseLock::new(LOCK, Duration::from_secs(30));
+        let mut known = Known::default();
+        let r = run_once(&client, &lock, &mut known).await.unwrap();
+        assert_eq!(r, GaugesReport::Published { queues: 2 });
+        let g = gauges(&snapshotter);
+        assert_eq!(get(&g, m::JOBS_HELD, &[("queue", "seq")]), Some(2.0));
+        assert_eq!(get(&g, m::JOBS_READY, &[("queue", "seq")]), Some(1.0));
+        assert_eq!(get(&g, m::JOBS_HELD, &[("queue", "lim")]), Some(0.0));
+        let lim = [("queue", "lim")];
+        assert_eq!(get(&g, m::QUEUE_CONCURRENCY_LIMIT, &lim), Some(3.0));
+        assert_eq!(get(&g, m::QUEUE_PER_KEY_LIMIT, &lim), Some(2.0));
+        assert_eq!(get(&g, m::QUEUE_RATE_LIMIT, &lim), Some(10.0));
+        assert_eq!(get(&g, m::QUEUE_RATE_PERIOD, &lim), Some(0.5));
+        let bound = |g: &HashMap<_, f64>, reason| {
+            get(
+                g,
+                m::QUEUE_LIMIT_BOUND,
+                &[("queue", "lim"), ("reason", reason)],
+            )
+        };
+        assert_eq!(bound(&g, "rate"), Some(1.0));
+        assert_eq!(bound(&g, "slots"), Some(0.0));
+        assert_eq!(
+            get(&g, m::QUEUE_CONCURRENCY_LIMIT, &[("queue", "seq")]),
+            None,
+            "no limit gauges for a queue that never had limits"
+        );
+
+        // Limits lifted: zeros, not the last values.
+        client
+            .set_queue_limits("lim", QueueLimits::none(), None)
+            .await
+            .unwrap();
+        run_once(&client, &lock, &mut known).await.unwrap();
+        let g = gauges(&snapshotter);
+        assert_eq!(get(&g, m::QUEUE_CONCURRENCY_LIMIT, &lim), Some(0.0));
+        assert_eq!(get(&g, m::QUEUE_RATE_PERIOD, &lim), Some(0.0));
+        assert_eq!(bound(&g, "rate"), Some(0.0));
+        assert_eq!(get(&g, m::JOBS_HELD, &[("queue", "seq")]), Some(2.0));
+    }
 }

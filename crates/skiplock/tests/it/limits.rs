@@ -262,7 +262,14 @@ async fn sequences_run_in_order_one_at_a_time_and_a_failure_does_not_stop_them()
     assert_eq!(b.count("held IS NOT NULL").await, 27);
     let seen = Shared::default();
     run_all(&b, workers(&b, &seen, 3, 8), Duration::from_secs(60)).await;
-    let s = seen.lock().unwrap();
+    check_sequences(&seen.lock().unwrap());
+    assert_eq!(b.count("status = 'failed'").await, 1);
+    assert_eq!(b.count("status = 'done'").await, 29);
+}
+
+/// Each of the sequences a, b and c ran its members 0..10 in order, one at a time, and the
+/// sequences ran side by side.
+fn check_sequences(s: &Seen) {
     for (k, m) in &s.max {
         assert_eq!(*m, 1, "sequence {k} ran {m} at once");
     }
@@ -285,8 +292,6 @@ async fn sequences_run_in_order_one_at_a_time_and_a_failure_does_not_stop_them()
     }
     // Sequences ran side by side.
     assert!(s.max_total > 1);
-    assert_eq!(b.count("status = 'failed'").await, 1);
-    assert_eq!(b.count("status = 'done'").await, 29);
 }
 
 /// A member enqueued in a transaction that commits late: a second enqueuer into the same
@@ -334,7 +339,7 @@ async fn a_late_committing_member_keeps_its_place_in_its_sequence() {
     let lease = Duration::from_secs(30);
     let got = b.client.claim("default", 10, lease).await.unwrap();
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [a]);
-    b.client.complete(a, got[0].attempt).await.unwrap();
+    let _ = b.client.complete(a, got[0].attempt).await.unwrap();
     let got = b.client.claim("default", 10, lease).await.unwrap();
     assert_eq!(got.iter().map(|j| j.id).collect::<Vec<_>>(), [c]);
 }
@@ -733,7 +738,7 @@ async fn a_claim_that_marks_its_queue_full_wakes_it_once_so_no_freed_slot_is_mis
     assert!(got.is_empty());
     // Meanwhile the running job finishes: its outcome reads the mark as it was (none) and
     // sends nothing.
-    b.client.complete(a[0].id, a[0].attempt).await.unwrap();
+    let _ = b.client.complete(a[0].id, a[0].attempt).await.unwrap();
     assert!(
         tokio::time::timeout(Duration::from_millis(300), listener.rx.recv())
             .await
@@ -762,4 +767,94 @@ async fn mark(raw: &tokio_postgres::Client) -> Option<String> {
         .await
         .unwrap()
         .get(0)
+}
+
+/// Scale to zero: a worker blocked on a full limit with the poll off sends nothing while it
+/// waits (seen from the server: its connections' `state_change` does not move for 5 s), and
+/// takes the job within a second of the slot freeing. The slot is held by a claim made
+/// elsewhere (another process), with a long lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_blocked_on_a_limit_with_the_poll_off_sends_nothing_until_a_slot_frees() {
+    let b = setup().await;
+    let app = format!("blocked-{}", b.db.schema());
+    b.client
+        .set_queue_limits("default", QueueLimits::none().concurrency(1), None)
+        .await
+        .unwrap();
+    b.client
+        .enqueue_many(&[job("k", 0, 0), job("k", 1, 0)])
+        .await
+        .unwrap();
+    let elsewhere = b
+        .client
+        .claim("default", 1, Duration::from_secs(120))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.len(), 1);
+    let seen = Shared::default();
+    let worker = Worker::builder(
+        client(&b, &app),
+        Registry::new().register_handler("rec", JobOptions::default(), recorder(seen.clone())),
+    )
+    .queue("default", 4)
+    .poll_interval(None)
+    .idle_connection_timeout(Some(Duration::from_secs(1)))
+    .build()
+    .unwrap();
+    let (stop, handle) = crate::worker::spawn_worker(worker);
+    let snapshot = || async {
+        b.raw
+            .query(
+                "SELECT pid, state_change::text FROM pg_stat_activity
+                 WHERE application_name IN ($1, 'skiplock-listener') ORDER BY pid",
+                &[&app],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, i32>(0), r.get::<_, Option<String>>(1)))
+            .collect::<Vec<_>>()
+    };
+    // Settle: the worker claims, finds the queue full, marks it, claims once more (its own
+    // notification), runs its start-up rounds, and its idle pool connections close; then
+    // nothing moves for a second.
+    crate::worker::eventually(Duration::from_secs(10), "the queue marked full", || async {
+        mark(&b.raw).await.as_deref() == Some("slots")
+    })
+    .await;
+    let settle = Instant::now() + Duration::from_secs(30);
+    let mut before = snapshot().await;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = snapshot().await;
+        if now == before {
+            break;
+        }
+        assert!(Instant::now() < settle, "the worker never settled");
+        before = now;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = snapshot().await;
+    assert_eq!(
+        before, after,
+        "a statement was sent while blocked on the limit"
+    );
+    assert!(seen.lock().unwrap().starts.is_empty());
+    let freed = Instant::now();
+    let _ = b
+        .client
+        .complete(elsewhere[0].id, elsewhere[0].attempt)
+        .await
+        .unwrap();
+    crate::worker::eventually(Duration::from_secs(5), "the waiting job ran", || async {
+        b.count("status = 'done'").await == 2
+    })
+    .await;
+    assert!(
+        freed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        freed.elapsed()
+    );
+    stop.send(()).unwrap();
+    handle.await.unwrap();
 }
