@@ -46,9 +46,10 @@ struct Peak {
     samples: u64,
 }
 
-/// Runs three workers over the jobs, killing one with SIGKILL every 1.5 s and starting a new
-/// one, while sampling the slots in use; returns the peaks once every job is done.
-async fn run(db: &TestDb) -> Peak {
+/// Runs three workers over the jobs, killing one with SIGKILL every second (three times at
+/// most) and starting a new one, while sampling the slots in use; returns the peaks once every
+/// job is done, checking that at least `kills_needed` kills happened before.
+async fn run(db: &TestDb, kills_needed: usize) -> Peak {
     let c = db.connect().await.unwrap();
     c.batch_execute(&format!("SET search_path TO \"{}\"", db.schema()))
         .await
@@ -60,7 +61,7 @@ async fn run(db: &TestDb) -> Peak {
         samples: 0,
     };
     let t0 = Instant::now();
-    let mut next_kill = t0 + Duration::from_millis(1500);
+    let mut next_kill = t0 + Duration::from_millis(1000);
     let mut kills = 0;
     loop {
         // One snapshot: the slots in use (running, or cancelled with a lease not yet ended),
@@ -95,7 +96,7 @@ async fn run(db: &TestDb) -> Peak {
             victim.wait().unwrap();
             workers.push(worker(db));
             kills += 1;
-            next_kill = Instant::now() + Duration::from_millis(1500);
+            next_kill = Instant::now() + Duration::from_millis(1000);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -103,7 +104,7 @@ async fn run(db: &TestDb) -> Peak {
         let _ = w.kill();
         let _ = w.wait();
     }
-    assert_eq!(kills, 3, "the run ended before every kill");
+    assert!(kills >= kills_needed, "the run ended after {kills} kills");
     let done: i64 = c
         .query_one("SELECT count(*) FROM jobs WHERE status = 'done'", &[])
         .await
@@ -145,7 +146,7 @@ async fn setup() -> TestDb {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_hold_across_processes_killed_and_restarted() {
     let db = setup().await;
-    let peak = run(&db).await;
+    let peak = run(&db, 3).await;
     assert!(peak.samples > 100, "only {} samples", peak.samples);
     assert!(
         peak.total <= CONCURRENCY,
@@ -189,7 +190,7 @@ async fn without_the_limit_check_the_sampler_sees_the_limits_exceeded() {
     ))
     .await
     .unwrap();
-    let peak = run(&db).await;
+    let peak = run(&db, 0).await;
     assert!(
         peak.total > CONCURRENCY && peak.per_key > PER_KEY,
         "the sampler saw no excess: {} in all, {} of one key",

@@ -106,49 +106,43 @@ CREATE TABLE IF NOT EXISTS {schema}.queue_starts (
 );
 CREATE INDEX IF NOT EXISTS queue_starts_idx ON {schema}.queue_starts (queue, at);
 
--- One key's room for claim_walk(): its slots left under p_per_key, and whether it has a
--- ready job (one probe each).
-CREATE OR REPLACE FUNCTION {schema}.claim_key_room(p_queue text, p_key text, p_per_key int,
-                                                   ts timestamptz)
-RETURNS TABLE (free bigint, has_ready boolean)
-LANGUAGE sql STABLE AS $$
-  SELECT p_per_key - (SELECT count(*) FROM (
-           SELECT 1 FROM {schema}.jobs s
-           WHERE s.queue = p_queue AND s.key = p_key
-             AND s.status IN ('running', 'failed') AND s.locked_until IS NOT NULL
-             AND (s.status = 'running' OR s.locked_until > ts)
-           LIMIT p_per_key) c),
-         -- A scalar subquery with LIMIT, not EXISTS: EXISTS may be planned as one hashed
-         -- scan of every ready row, which stale statistics can make look cheap.
-         coalesce((SELECT true FROM {schema}.jobs j
-                   WHERE j.queue = p_queue AND j.key = p_key AND j.status = 'queued'
-                     AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
-                   ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-                   LIMIT 1), false)
-$$;
-
 -- The per-key part of claim_limited(): walks the keys of queue p_queue that have queued jobs,
--- in key order, from the first key after p_after up to p_upto (NULL: the last key), one
--- descent of jobs_key_ready_idx per key, and stops once p_keys keys with a free slot and a
--- ready job have been seen. For each key visited, returns its ready jobs in claim order
--- (priority, run_at, id), ranked `rn` from 1, up to its free slots plus one (the one more
--- shows that jobs wait behind a full key), with `free`, its slots left under p_per_key
--- (slots in use: running jobs, and cancelled ones whose lease has not ended).
+-- in key order, from the first key after p_after up to p_upto (NULL: the last key), and
+-- stops once the keys seen can give p_keys jobs (each as many as it has ready jobs and free
+-- slots for). Each key costs three index descents: the next key (jobs_key_ready_idx), its
+-- slots in use (jobs_slots_idx: running jobs, and cancelled ones whose lease has not ended,
+-- counted up to p_per_key), and its ready jobs in claim order (priority, run_at, id), up to
+-- its free slots plus one (the one more shows that jobs wait behind a full key). Returns
+-- each job read with its key, its rank `rn` within its key (from 1), the key's place `pos`
+-- in the walk, and the key's `free` slots.
 CREATE OR REPLACE FUNCTION {schema}.claim_walk(p_queue text, p_after text, p_upto text,
                                                p_per_key int, p_keys bigint, ts timestamptz)
-RETURNS TABLE (k text, id bigint, rn bigint, priority smallint, run_at timestamptz,
-               free bigint)
+RETURNS TABLE (k text, id bigint, rn bigint, pos bigint, free bigint)
 LANGUAGE sql STABLE AS $$
-  WITH RECURSIVE walk(k, free, has_ready, given) AS (
-    SELECT s.k, f.free, f.has_ready, (f.free > 0 AND f.has_ready)::int
+  WITH RECURSIVE walk(k, pos, free, ids, given) AS (
+    SELECT s.k, 1::bigint, r.free, c.ids, least(greatest(r.free, 0), cardinality(c.ids))
     FROM (SELECT j.key AS k FROM {schema}.jobs j
           WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
             AND j.key > p_after AND (p_upto IS NULL OR j.key <= p_upto)
           ORDER BY j.queue, j.key
           LIMIT 1) s
-    CROSS JOIN LATERAL {schema}.claim_key_room(p_queue, s.k, p_per_key, ts) f
+    CROSS JOIN LATERAL (
+      SELECT p_per_key - (SELECT count(*) FROM (
+               SELECT 1 FROM {schema}.jobs u
+               WHERE u.queue = p_queue AND u.key = s.k
+                 AND u.status IN ('running', 'failed') AND u.locked_until IS NOT NULL
+                 AND (u.status = 'running' OR u.locked_until > ts)
+               LIMIT p_per_key) x) AS free
+      OFFSET 0) r
+    CROSS JOIN LATERAL (
+      SELECT ARRAY(SELECT j.id FROM {schema}.jobs j
+                   WHERE j.queue = p_queue AND j.key = s.k AND j.status = 'queued'
+                     AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
+                   ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+                   LIMIT least(greatest(r.free, 0), p_keys) + 1) AS ids) c
     UNION ALL
-    SELECT s.k, f.free, f.has_ready, w.given + (f.free > 0 AND f.has_ready)::int
+    SELECT s.k, w.pos + 1, r.free, c.ids,
+           w.given + least(greatest(r.free, 0), cardinality(c.ids))
     FROM walk w
     CROSS JOIN LATERAL (
       SELECT j.key AS k FROM {schema}.jobs j
@@ -156,21 +150,25 @@ LANGUAGE sql STABLE AS $$
         AND j.key > w.k AND (p_upto IS NULL OR j.key <= p_upto)
       ORDER BY j.queue, j.key
       LIMIT 1) s
-    CROSS JOIN LATERAL {schema}.claim_key_room(p_queue, s.k, p_per_key, ts) f
+    CROSS JOIN LATERAL (
+      SELECT p_per_key - (SELECT count(*) FROM (
+               SELECT 1 FROM {schema}.jobs u
+               WHERE u.queue = p_queue AND u.key = s.k
+                 AND u.status IN ('running', 'failed') AND u.locked_until IS NOT NULL
+                 AND (u.status = 'running' OR u.locked_until > ts)
+               LIMIT p_per_key) x) AS free
+      OFFSET 0) r
+    CROSS JOIN LATERAL (
+      SELECT ARRAY(SELECT j.id FROM {schema}.jobs j
+                   WHERE j.queue = p_queue AND j.key = s.k AND j.status = 'queued'
+                     AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
+                   ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+                   LIMIT least(greatest(r.free, 0), p_keys) + 1) AS ids) c
     WHERE w.given < p_keys
   )
-  SELECT w.k, c.id, c.rn, c.priority, c.run_at, w.free
+  SELECT w.k, t.id, t.rn, w.pos, w.free
   FROM walk w
-  CROSS JOIN LATERAL (
-    SELECT x.id, x.priority, x.run_at,
-           row_number() OVER (ORDER BY x.priority, x.run_at, x.id) AS rn
-    FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-          WHERE j.queue = p_queue AND j.key = w.k AND j.status = 'queued' AND j.held IS NULL
-            AND j.run_at <= ts AND j.attempts < j.max_attempts
-          ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-          LIMIT least(greatest(w.free, 0), p_keys) + 1) x
-  ) c
-  WHERE w.has_ready
+  CROSS JOIN LATERAL unnest(w.ids) WITH ORDINALITY AS t(id, rn)
 $$;
 
 -- Claims up to p_want ready jobs of a limited queue and leases them for p_lease_us
@@ -186,18 +184,20 @@ $$;
 --
 -- Cost: the slots in use are counted up to the limit (jobs_slots_idx); the rate window's
 -- rows are at most its limit; the keys are walked by a skip scan of jobs_key_ready_idx (one
--- descent per key) from where the last claim stopped, until as many keys as the batch has
--- given, and each key gives at most its free slots plus one (to learn whether more wait). Rows waiting behind a full key, the rate window or a
--- sequence are never read. Each ORDER BY names the leading columns of the index it is meant
--- to walk, so that no other index (sorted afterwards) looks as cheap to a planner with stale
--- statistics (it::limits::a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistics).
+-- descent per key) from where the last claim stopped, until the keys seen can give the batch,
+-- and each key gives at most its free slots plus one (to learn whether more wait). Rows
+-- waiting behind a full key, the rate window or a sequence are never read. Each ORDER BY
+-- names the leading columns of the index it is meant to walk, so that no other index (sorted
+-- afterwards) looks as cheap to a planner with stale statistics
+-- (it::limits::a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistics).
 --
 -- Fairness across keys: round robin. Within a claim, every key it visits gives its first job
--- (in priority, run_at, id order) before any gives a second, and so on; within a round, jobs
--- go in priority, run_at, id order. Across claims, the walk goes on from the key after the
--- last one served, so every key with ready jobs and a free slot gets its turn however many
--- jobs other keys have. A job without a key is not subject to the per-key limit and counts
--- as a key of its own (first round).
+-- (in priority, run_at, id order) before any gives a second, and so on; within a round, keys
+-- go in the order of the walk, whatever their jobs' priorities (priority orders jobs within a
+-- key). Across claims, the walk goes on from the key after the last one served, so every key
+-- with ready jobs and a free slot gets its turn however many jobs other keys have. A job
+-- without a key is not subject to the per-key limit and counts as a key of its own (first
+-- round, after the keyed jobs of that round).
 CREATE OR REPLACE FUNCTION {schema}.claim_limited(p_queue text, p_want bigint, p_lease_us bigint)
 RETURNS TABLE (id bigint, queue text, kind text, payload text, attempts int, max_attempts int,
                priority smallint, run_at timestamptz, created_at timestamptz,
@@ -219,8 +219,8 @@ DECLARE
   seen       bigint := 0;
   c_ids      bigint[] := '{}';
   c_rn       bigint[] := '{}';
-  c_pr       smallint[] := '{}';
-  c_at       timestamptz[] := '{}';
+  c_pos      bigint[] := '{}';
+  last_pos   bigint := 0;
 BEGIN
   SELECT * INTO q FROM {schema}.queues qq WHERE qq.name = p_queue FOR UPDATE;
   IF NOT FOUND OR q.paused OR NOT q.limited THEN
@@ -245,62 +245,71 @@ BEGIN
 
   IF budget > 0 THEN
     IF q.per_key IS NULL THEN
-      SELECT array_agg(r.id ORDER BY r.priority, r.run_at, r.id) INTO ids FROM (
-        SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
+      -- As job_claim.sql: the ready index in claim order, each row locked as it is read,
+      -- skipping any another session holds.
+      SELECT array_agg(r.id) INTO ids FROM (
+        SELECT j.id FROM {schema}.jobs j
         WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
           AND j.run_at <= ts AND j.attempts < j.max_attempts
         ORDER BY j.queue, j.priority, j.run_at, j.id
-        LIMIT budget) r;
+        LIMIT budget
+        FOR UPDATE OF j SKIP LOCKED) r;
     ELSE
       -- Keys in turn, from the key after the queue's cursor (where the last claim stopped) to
       -- the last key, then from the first key up to the cursor (claim_walk(), one statement
-      -- each), until `budget` keys have given or every key with queued jobs was visited.
+      -- each), until the keys seen can give `budget` jobs or every key with queued jobs was
+      -- visited.
       SELECT coalesce(array_agg(w.id) FILTER (WHERE w.rn <= w.free), '{}'),
              coalesce(array_agg(w.rn) FILTER (WHERE w.rn <= w.free), '{}'),
-             coalesce(array_agg(w.priority) FILTER (WHERE w.rn <= w.free), '{}'),
-             coalesce(array_agg(w.run_at) FILTER (WHERE w.rn <= w.free), '{}'),
+             coalesce(array_agg(w.pos) FILTER (WHERE w.rn <= w.free), '{}'),
              coalesce(bool_or(w.rn > w.free), false),
-             count(DISTINCT w.k) FILTER (WHERE w.rn <= w.free),
-             max(w.k) FILTER (WHERE w.rn <= w.free)
-      INTO c_ids, c_rn, c_pr, c_at, key_bound, seen, new_cursor
+             count(*) FILTER (WHERE w.rn <= w.free),
+             max(w.k) FILTER (WHERE w.rn <= w.free),
+             coalesce(max(w.pos), 0)
+      INTO c_ids, c_rn, c_pos, key_bound, seen, new_cursor, last_pos
       FROM {schema}.claim_walk(p_queue, coalesce(q.key_cursor, ''), NULL, q.per_key, budget, ts) w;
       IF seen < budget AND q.key_cursor IS NOT NULL THEN
         SELECT c_ids || coalesce(array_agg(w.id) FILTER (WHERE w.rn <= w.free), '{}'),
                c_rn || coalesce(array_agg(w.rn) FILTER (WHERE w.rn <= w.free), '{}'),
-               c_pr || coalesce(array_agg(w.priority) FILTER (WHERE w.rn <= w.free), '{}'),
-               c_at || coalesce(array_agg(w.run_at) FILTER (WHERE w.rn <= w.free), '{}'),
+               c_pos || coalesce(array_agg(last_pos + w.pos) FILTER (WHERE w.rn <= w.free), '{}'),
                key_bound OR coalesce(bool_or(w.rn > w.free), false),
                coalesce(max(w.k) FILTER (WHERE w.rn <= w.free), new_cursor)
-        INTO c_ids, c_rn, c_pr, c_at, key_bound, new_cursor
+        INTO c_ids, c_rn, c_pos, key_bound, new_cursor
         FROM {schema}.claim_walk(p_queue, '', q.key_cursor, q.per_key, budget - seen, ts) w;
       END IF;
-      -- Round robin: every key's first job, then every key's second, and so on; jobs
-      -- without a key count as keys of their own.
-      SELECT array_agg(x.id ORDER BY x.rn, x.priority, x.run_at, x.id) INTO ids FROM (
-        SELECT * FROM unnest(c_ids, c_rn, c_pr, c_at) AS c(id, rn, priority, run_at)
+      -- Round robin: every key's first job, then every key's second, and so on, keys in the
+      -- order of the walk; jobs without a key count as keys of their own, after the keyed
+      -- ones in the first round.
+      SELECT array_agg(x.id ORDER BY x.rn, x.pos, x.sub) INTO ids FROM (
+        SELECT c.id, c.rn, c.pos, 0::bigint AS sub
+        FROM unnest(c_ids, c_rn, c_pos) AS c(id, rn, pos)
         UNION ALL
-        SELECT u.id, 1, u.priority, u.run_at
-        FROM (SELECT j.id, j.priority, j.run_at FROM {schema}.jobs j
-              WHERE j.queue = p_queue AND j.key IS NULL AND j.status = 'queued'
-                AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
-              ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-              LIMIT budget) u
+        SELECT u.id, 1, 9223372036854775807, u.sub
+        FROM (SELECT j.id, row_number() OVER () AS sub
+              FROM (SELECT j.id FROM {schema}.jobs j
+                    WHERE j.queue = p_queue AND j.key IS NULL AND j.status = 'queued'
+                      AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
+                    ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+                    LIMIT budget) j) u
       ) x;
+      -- Lock the candidates in their order, skipping any another session holds (an
+      -- operator's cancel, say): one primary-key probe each, and no more than the budget.
+      -- The status test runs again on the locked, latest row version.
+      SELECT array_agg(l.id) INTO ids FROM (
+        SELECT l.id
+        FROM unnest(coalesce(ids, '{}'::bigint[])) AS c(id)
+        CROSS JOIN LATERAL (
+          SELECT j.id FROM {schema}.jobs j
+          WHERE j.id = c.id AND j.status = 'queued' AND j.held IS NULL
+          FOR UPDATE OF j SKIP LOCKED
+        ) l
+        LIMIT budget) l;
     END IF;
 
-    -- Lock and take the candidates in their order, skipping any another session holds
-    -- (an operator's cancel, say): one primary-key probe each, and no more than the budget.
-    -- The status test runs again on the locked, latest row version.
+    -- Take the locked jobs: one primary-key probe each.
     RETURN QUERY
     WITH pick AS MATERIALIZED (
-      SELECT l.id
-      FROM unnest(coalesce(ids, '{}'::bigint[])) AS c(id)
-      CROSS JOIN LATERAL (
-        SELECT j.id FROM {schema}.jobs j
-        WHERE j.id = c.id AND j.status = 'queued' AND j.held IS NULL
-        FOR UPDATE OF j SKIP LOCKED
-      ) l
-      LIMIT budget
+      SELECT c.id FROM unnest(coalesce(ids, '{}'::bigint[])) AS c(id)
     ), claimed AS (
       UPDATE {schema}.jobs j
       SET status       = 'running',
