@@ -301,6 +301,7 @@ BEGIN
         CROSS JOIN LATERAL (
           SELECT j.id FROM {schema}.jobs j
           WHERE j.id = c.id AND j.status = 'queued' AND j.held IS NULL
+            AND j.run_at <= ts AND j.attempts < j.max_attempts
           FOR UPDATE OF j SKIP LOCKED
         ) l
         LIMIT budget) l;

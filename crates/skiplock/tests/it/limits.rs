@@ -837,9 +837,10 @@ async fn a_worker_blocked_on_a_limit_with_the_poll_off_sends_nothing_until_a_slo
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = snapshot().await;
-    assert_eq!(
-        before, after,
-        "a statement was sent while blocked on the limit"
+    // Idle pool connections may close meanwhile; none may open, or move.
+    assert!(
+        after.iter().all(|c| before.contains(c)),
+        "a statement was sent while blocked on the limit: {before:?} then {after:?}"
     );
     assert!(seen.lock().unwrap().starts.is_empty());
     let freed = Instant::now();
