@@ -79,6 +79,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "flow_control",
         sql: include_str!("../migrations/0011_flow_control.sql"),
     },
+    Migration {
+        version: 12,
+        name: "key_walk",
+        sql: include_str!("../migrations/0012_key_walk.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

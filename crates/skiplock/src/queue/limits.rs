@@ -1,7 +1,7 @@
 //! Flow control: a queue's global concurrency limit, per-key concurrency limit and rate
 //! limit, stored in its `queues` row so that every process agrees on them (migration 11).
 //!
-//! A limited queue's claim (`claim_limited()` in migration 11) locks the queue's row, so the
+//! A limited queue's claim (`claim_limited()`, migrations 11 and 12) locks the queue's row, so the
 //! claims of one limited queue run one at a time, and counts the slots in use and the starts
 //! in the rate window with fresh snapshots under that lock: the database never starts more
 //! jobs than a limit allows, whatever the interleaving of workers and processes.

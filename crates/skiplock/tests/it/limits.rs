@@ -926,3 +926,119 @@ async fn limits_and_sequences_hold_through_pgbouncer_in_transaction_mode() {
         .collect();
     assert_eq!(order, [0, 1, 2, 3, 4]);
 }
+
+/// Migration 12: a per-key claim that passes over a full key but still gets every job it
+/// asked for leaves the queue unmarked, so the outcomes of its jobs send no notification (its
+/// worker claims again at once anyway); a claim that comes back short because keys are full
+/// marks it, and the next outcome wakes the queue.
+#[tokio::test]
+async fn a_full_per_key_claim_sends_no_wake_ups_and_a_short_one_does() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(1), None)
+        .await
+        .unwrap();
+    let jobs: Vec<NewJob> = [("a", 1), ("a", 2), ("a", 3), ("b", 1)]
+        .iter()
+        .map(|(k, n)| NewJob::new("k", n).key(*k))
+        .collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let lease = Duration::from_secs(30);
+    let mut listener =
+        crate::support::listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    // Both keys' first jobs, a and b: a has jobs waiting behind its limit, but the claim got
+    // all it asked for.
+    let first = b.client.claim("default", 2, lease).await.unwrap();
+    assert_eq!(first.len(), 2);
+    assert_eq!(mark(&b.raw).await, None);
+    for j in &first {
+        let _ = b.client.complete(j.id, j.attempt).await.unwrap();
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.rx.recv())
+            .await
+            .is_err(),
+        "an outcome of a queue that is not marked notified"
+    );
+    // Asking for 5 gets only a's second job (a is then full, b has no more): short, marked,
+    // and the claim that set the mark notifies once.
+    let second = b.client.claim("default", 5, lease).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(mark(&b.raw).await.as_deref(), Some("slots"));
+    assert_eq!(listener.next().await.payload(), "default");
+    // Its outcome frees a's slot: the queue is woken.
+    let _ = b
+        .client
+        .complete(second[0].id, second[0].attempt)
+        .await
+        .unwrap();
+    assert_eq!(listener.next().await.payload(), "default");
+}
+
+/// The key walk of migration 12 reads each key with one short scan: a key with more free
+/// slots than that scan reads gets the rest of its share, a key with one free slot gets one
+/// job, a key whose jobs are all scheduled later gives none, a key that can fill the claim
+/// ends the walk, keys take turns within a claim (every key's first job, then every key's
+/// second, ...; keys in key order), and the next claim goes on from the key after the last
+/// one served, wrapping round to the first.
+#[tokio::test]
+async fn the_key_walk_gives_each_key_its_free_slots_in_turns() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(5), None)
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for (key, count) in [("a", 8), ("b", 2), ("d", 6), ("e", 5)] {
+        for n in 1..=count {
+            jobs.push(NewJob::new("k", &format!("{key}{n}")).key(key));
+        }
+    }
+    for n in 1..=3 {
+        jobs.push(
+            NewJob::new("k", &format!("c{n}"))
+                .key("c")
+                .delay(Duration::from_secs(3600)),
+        );
+    }
+    b.client.enqueue_many(&jobs).await.unwrap();
+    // d already runs 4 of its 5.
+    b.raw
+        .batch_execute(
+            "UPDATE jobs SET status = 'running', attempts = 1,
+                 locked_until = now() + interval '1 minute'
+             WHERE id IN (SELECT id FROM jobs WHERE key = 'd' ORDER BY id LIMIT 4)",
+        )
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let claim = |want: u32| {
+        let client = b.client.clone();
+        async move {
+            let mut v: Vec<String> = client
+                .claim("default", want, lease)
+                .await
+                .unwrap()
+                .iter()
+                .map(|j| j.payload_as::<String>().unwrap())
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    // Four: key a alone can give them (5 free slots, read in two steps), so the walk ends
+    // there.
+    assert_eq!(claim(4).await, ["a1", "a2", "a3", "a4"]);
+    assert_eq!(
+        mark(&b.raw).await,
+        None,
+        "a full claim does not mark the queue"
+    );
+    // Four more, from after a: b gives its two, c none (not due), d its one free slot, e its
+    // five; in turns (b1 d5 e1, then b2 e2 ...), so the first four are b1 d5 e1 b2.
+    assert_eq!(claim(4).await, ["b1", "b2", "d5", "e1"]);
+    // The rest: after e, round to a (one slot left: a5), b (nothing ready), d (full), e
+    // (four slots: e2 to e5). Short, with jobs behind full keys: marked.
+    assert_eq!(claim(100).await, ["a5", "e2", "e3", "e4", "e5"]);
+    assert_eq!(mark(&b.raw).await.as_deref(), Some("slots"));
+}
