@@ -5,22 +5,25 @@
 -- claim_walk() (migration 11) spent four index descents on each key it visited: one to find
 -- the next key, one to count its slots in use, and two (the same subquery, planned twice) to
 -- read its ready jobs. This one spends two: one descent of jobs_key_ready_idx finds the next
--- key with a ready job and reads its first ready jobs in claim order in the same scan, and one
--- descent of jobs_slots_idx counts the key's slots in use. Same arguments, same result
--- columns, same promises: keys in key order from the one after p_after, up to p_upto (NULL:
--- the last key), stopping once the keys seen can give p_keys jobs; each key gives its ready
--- jobs in claim order (priority, run_at, id), at most its free slots plus one (the one more
--- shows that jobs wait behind a full key); `rn` is a job's rank within its key (from 1), `pos`
--- the key's place in the walk, `free` its free slots (negative when a limit was lowered below
--- what runs).
+-- key and reads its first jobs in claim order in the same scan, and one descent of
+-- jobs_slots_idx counts the key's slots in use. Same arguments, same result columns, same
+-- promises: keys in key order from the one after p_after, up to p_upto (NULL: the last key),
+-- stopping once the keys seen can give p_keys jobs; each key gives its ready jobs in claim
+-- order (priority, run_at, id), at most its free slots plus one (the one more shows that jobs
+-- wait behind a full key); `rn` is a job's rank within its key (from 1), `pos` the key's
+-- place in the walk, `free` its free slots (negative when a limit was lowered below what
+-- runs).
 --
 -- What one key costs: the scan reads at most 3 rows and keeps those of the first key it
--- meets (a key with fewer ready jobs lets the scan read a row or two of the next key, which
--- the next step reads again; the LIMIT is a constant so that the caller's plan can be cached
--- as a generic plan), and a key with 3 or more free slots and 3 or more ready jobs gets one
--- more descent for the rest of its share (it gives at least 3 jobs for it). A full key costs one
--- short scan and one count, however many jobs wait behind it. Keys with queued jobs that are
--- not ready yet (run_at in the future) are skipped by the scan rather than visited.
+-- meets (a key with fewer jobs lets the scan read a row or two of the next key, which the
+-- next step reads again; the LIMIT is a constant, see claim_limited()'s SET). The scan does
+-- not test run_at in the index: a B-tree reads the rest of the index page it lands on, and
+-- testing a fourth column on every entry of it was a seventh of the walk. It tests run_at on
+-- the rows it returns instead: when one of the key's first rows is not due yet (a job
+-- scheduled for later, at the head of its key in claim order), or when the key has 3 or more
+-- free slots and 3 or more jobs, one more descent reads the key's due jobs, up to its share.
+-- A full key costs one short scan and one count, however many due jobs wait behind it.
+
 -- Keys compare byte by byte (collation "C"). A key is ASCII letters, digits and "_.:@/-"
 -- (jobs_key_check), so no language's rules could order keys better; and the walk below
 -- compares a key with its neighbours in the key index on every row of each index page it
@@ -49,37 +52,41 @@ LANGUAGE sql STABLE AS $$
            w.given + least(greatest(s.free, 0), cardinality(s.ids))
     FROM walk w
     CROSS JOIN LATERAL (
-      SELECT h.k, r.free,
-             CASE WHEN h.n = 3 AND least(r.free, p_keys) >= 3 THEN
+      SELECT h.k, h.free,
+             CASE WHEN NOT h.all_ready OR (h.n = 3 AND least(h.free, p_keys) >= 3) THEN
                ARRAY(SELECT j.id FROM {schema}.jobs j
                      WHERE j.queue = p_queue AND j.key = h.k AND j.status = 'queued'
                        AND j.held IS NULL AND j.run_at <= ts AND j.attempts < j.max_attempts
                      ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-                     LIMIT least(r.free, p_keys) + 1)
-             ELSE h.ids[1:least(greatest(r.free, 0), p_keys) + 1] END AS ids
+                     LIMIT least(greatest(h.free, 0), p_keys) + 1)
+             ELSE h.ids[1:least(greatest(h.free, 0), p_keys) + 1] END AS ids
       FROM (
-        SELECT min(x.k1) AS k,
-               array_agg(x.id ORDER BY x.o) FILTER (WHERE x.k = x.k1) AS ids,
-               count(*) FILTER (WHERE x.k = x.k1) AS n
-        FROM (
-          SELECT j.key AS k, j.id, row_number() OVER () AS o, first_value(j.key) OVER () AS k1
-          FROM (SELECT j.key, j.id FROM {schema}.jobs j
-                WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
-                  AND j.key > w.k AND (p_upto IS NULL OR j.key <= p_upto)
-                  AND j.run_at <= ts AND j.attempts < j.max_attempts
-                ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
-                LIMIT 3) j
-        ) x
-      ) h
-      CROSS JOIN LATERAL (
-        SELECT p_per_key - (SELECT count(*) FROM (
+        SELECT f.k, f.ids, f.n, f.all_ready,
+               p_per_key - (SELECT count(*) FROM (
                  SELECT 1 FROM {schema}.jobs u
-                 WHERE u.queue = p_queue AND u.key = h.k
+                 WHERE u.queue = p_queue AND u.key = f.k
                    AND u.status IN ('running', 'failed') AND u.locked_until IS NOT NULL
                    AND (u.status = 'running' OR u.locked_until > ts)
                  LIMIT p_per_key) x) AS free
-        OFFSET 0) r
-      WHERE h.k IS NOT NULL
+        FROM (
+          SELECT min(x.k1) AS k,
+                 array_agg(x.id ORDER BY x.o) FILTER (WHERE x.k = x.k1) AS ids,
+                 count(*) FILTER (WHERE x.k = x.k1) AS n,
+                 bool_and(x.ready) FILTER (WHERE x.k = x.k1) AS all_ready
+          FROM (
+            SELECT j.key AS k, j.id, j.ready,
+                   row_number() OVER () AS o, first_value(j.key) OVER () AS k1
+            FROM (SELECT j.key, j.id, j.run_at <= ts AS ready FROM {schema}.jobs j
+                  WHERE j.queue = p_queue AND j.status = 'queued' AND j.held IS NULL
+                    AND j.key > w.k AND (p_upto IS NULL OR j.key <= p_upto)
+                    AND j.attempts < j.max_attempts
+                  ORDER BY j.queue, j.key, j.priority, j.run_at, j.id
+                  LIMIT 3) j
+          ) x
+        ) f
+        WHERE f.k IS NOT NULL
+        OFFSET 0
+      ) h
     ) s
     WHERE w.given < p_keys
   )

@@ -977,7 +977,8 @@ async fn a_full_per_key_claim_sends_no_wake_ups_and_a_short_one_does() {
 
 /// The key walk of migration 12 reads each key with one short scan: a key with more free
 /// slots than that scan reads gets the rest of its share, a key with one free slot gets one
-/// job, a key whose jobs are all scheduled later gives none, a key that can fill the claim
+/// job, a key whose jobs are all scheduled later gives none, a key headed by a job scheduled
+/// later gives the due ones behind it, a key that can fill the claim
 /// ends the walk, keys take turns within a claim (every key's first job, then every key's
 /// second, ...; keys in key order), and the next claim goes on from the key after the last
 /// one served, wrapping round to the first.
@@ -1001,6 +1002,15 @@ async fn the_key_walk_gives_each_key_its_free_slots_in_turns() {
                 .delay(Duration::from_secs(3600)),
         );
     }
+    // f: an urgent job scheduled for later heads the key in claim order; the due job behind
+    // it still runs.
+    jobs.push(
+        NewJob::new("k", &"f1")
+            .key("f")
+            .priority(-5)
+            .delay(Duration::from_secs(3600)),
+    );
+    jobs.push(NewJob::new("k", &"f2").key("f"));
     b.client.enqueue_many(&jobs).await.unwrap();
     // d already runs 4 of its 5.
     b.raw
@@ -1037,8 +1047,38 @@ async fn the_key_walk_gives_each_key_its_free_slots_in_turns() {
     // Four more, from after a: b gives its two, c none (not due), d its one free slot, e its
     // five; in turns (b1 d5 e1, then b2 e2 ...), so the first four are b1 d5 e1 b2.
     assert_eq!(claim(4).await, ["b1", "b2", "d5", "e1"]);
-    // The rest: after e, round to a (one slot left: a5), b (nothing ready), d (full), e
-    // (four slots: e2 to e5). Short, with jobs behind full keys: marked.
-    assert_eq!(claim(100).await, ["a5", "e2", "e3", "e4", "e5"]);
+    // The rest: after e, f (f2: f1 is not due), then round to a (one slot left: a5), b
+    // (nothing ready), d (full), e (four slots: e2 to e5). Short, with jobs behind full
+    // keys: marked.
+    assert_eq!(claim(100).await, ["a5", "e2", "e3", "e4", "e5", "f2"]);
     assert_eq!(mark(&b.raw).await.as_deref(), Some("slots"));
+}
+
+/// A key headed (in claim order) by a job that is not due yet still gives the due job behind
+/// it, even when the key has one slot: the walk reads that key's due jobs again rather than
+/// offering the job that is not due.
+#[tokio::test]
+async fn a_key_headed_by_a_job_not_due_yet_gives_the_due_job_behind_it() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(1), None)
+        .await
+        .unwrap();
+    b.client
+        .enqueue_many(&[
+            NewJob::new("k", &"later")
+                .key("f")
+                .priority(-5)
+                .delay(Duration::from_secs(3600)),
+            NewJob::new("k", &"now").key("f"),
+        ])
+        .await
+        .unwrap();
+    let got = b
+        .client
+        .claim("default", 10, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload_as::<String>().unwrap(), "now");
 }
