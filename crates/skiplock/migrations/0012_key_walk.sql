@@ -16,7 +16,7 @@
 --
 -- What one key costs: the scan reads at most 3 rows and keeps those of the first key it
 -- meets (a key with fewer jobs lets the scan read a row or two of the next key, which the
--- next step reads again; the LIMIT is a constant, see claim_limited()'s SET). The scan does
+-- next step reads again; the LIMIT is a constant, so that the plan does not depend on it). The scan does
 -- not test run_at in the index: a B-tree reads the rest of the index page it lands on, and
 -- testing a fourth column on every entry of it was a seventh of the walk. It tests run_at on
 -- the rows it returns instead: when one of the key's first rows is not due yet (a job
@@ -95,22 +95,34 @@ LANGUAGE sql STABLE AS $$
   CROSS JOIN LATERAL unnest(w.ids) WITH ORDINALITY AS t(id, rn)
 $$;
 
--- claim_limited() as in migration 11 but for two things. A claim that passed over full keys
+-- claim_limited() as in migration 11 but for two things. Its statements keep plans that do
+-- not depend on the table's size (the SET clauses below). And a claim that passed over full keys
 -- but still got every job it asked for no longer marks its queue bound for want of a slot:
 -- its worker claims again at once anyway (a full claim means more may be ready), so the
 -- notification every outcome of the queue sent while the mark stood woke workers for
 -- nothing. A claim that comes back short because keys are full marks the queue as before,
--- and outcomes then wake it. And its statements keep generic plans (the SET below).
+-- and outcomes then wake it.
 CREATE OR REPLACE FUNCTION {schema}.claim_limited(p_queue text, p_want bigint, p_lease_us bigint)
 RETURNS TABLE (id bigint, queue text, kind text, payload text, attempts int, max_attempts int,
                priority smallint, run_at timestamptz, created_at timestamptz,
                locked_until timestamptz)
 LANGUAGE plpgsql
--- Every statement below keeps one generic plan: their parameters are the queue's name, its
--- limits and the batch, whose values do not change what the plan should be (each ORDER BY
--- names the index it walks). Left to choose, PostgreSQL replans the key walk at every call
--- (its generic plan looks dearer than it is), which costs about as much as the walk itself.
+-- Plans that hold whatever the table's size was when they were made. PL/pgSQL keeps a
+-- statement's plan for the session, and after five calls PostgreSQL may keep a generic one:
+-- made while the queue's table was small, it read the whole table on every claim once the
+-- table had grown (migration 11 did: it::limits::a_full_keys_backlog_does_not_make_the_claim_
+-- dearer_with_stale_statistics makes ten claims on a small table first). Every statement here has one right plan, an index walk in the order its ORDER
+-- BY names or one primary-key probe per id, so the planner is kept to index scans and nested
+-- loops, and keeps that plan (no planning per call). And no JIT compilation: the walk's
+-- estimated cost grows with the table (a recursive walk of unknown length), and past
+-- jit_above_cost every claim spent some 30 ms compiling a plan that runs in one.
+SET jit = off
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -218,16 +230,13 @@ BEGIN
 
     -- Take the locked jobs: one primary-key probe each.
     RETURN QUERY
-    WITH pick AS MATERIALIZED (
-      SELECT c.id FROM unnest(coalesce(ids, '{}'::bigint[])) AS c(id)
-    ), claimed AS (
+    WITH claimed AS (
       UPDATE {schema}.jobs j
       SET status       = 'running',
           attempts     = j.attempts + 1,
           locked_until = ts + p_lease_us * interval '1 microsecond',
           unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END
-      FROM pick
-      WHERE j.id = pick.id
+      WHERE j.id = ANY (coalesce(ids, '{}'::bigint[]))
       RETURNING j.id, j.queue, j.kind, j.payload::text, j.attempts, j.max_attempts,
                 j.priority, j.run_at, j.created_at, j.locked_until
     )
