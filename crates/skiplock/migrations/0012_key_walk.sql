@@ -1,6 +1,6 @@
 -- skiplock migration 12: a cheaper key walk for per-key limits (keys compared byte by byte,
--- two index descents a key instead of four, plans kept), and no wake-ups while a per-key
--- queue's claims get all they ask for.
+-- two index descents a key instead of four, plans kept), no wake-ups while a per-key queue's
+-- claims get all they ask for, and sequences whose members are enqueued in big batches.
 --
 -- claim_walk() (migration 11) spent four index descents on each key it visited: one to find
 -- the next key, one to count its slots in use, and two (the same subquery, planned twice) to
@@ -272,3 +272,51 @@ BEGIN
   END IF;
 END;
 $$;
+
+-- Sequences (migration 11) enqueued in big batches. The insert trigger of migration 11 held
+-- every new member but the first, and then looked for an active member of the sequence that
+-- was not among the new rows with `id NOT IN (the new rows)`: once the batch no longer fit in
+-- work_mem that test ran row by row, so a batch of 100,000 members of one sequence compared
+-- every pair and did not finish. Now a member is held as it is inserted (a row trigger that
+-- fires only for rows with a sequence), and the statement trigger then releases, for each
+-- sequence the statement touched, the held member with the lowest id if the sequence has no
+-- active member: one lock and a few index probes per sequence, whatever the batch.
+CREATE OR REPLACE FUNCTION {schema}.jobs_sequence_hold() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.held := 'sequence';
+  RETURN NEW;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS jobs_sequence_hold ON {schema}.jobs;
+CREATE TRIGGER jobs_sequence_hold
+BEFORE INSERT ON {schema}.jobs
+FOR EACH ROW
+WHEN (NEW.sequence IS NOT NULL AND NEW.held IS NULL)
+EXECUTE FUNCTION {schema}.jobs_sequence_hold();
+
+-- Sequences in name order, so that two transactions enqueueing into the same sequences take
+-- their locks in the same order.
+CREATE OR REPLACE FUNCTION {schema}.jobs_sequence_insert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  s record;
+BEGIN
+  FOR s IN SELECT DISTINCT n.sequence AS seq FROM new_jobs n
+           WHERE n.sequence IS NOT NULL ORDER BY 1
+  LOOP
+    PERFORM {schema}.sequence_release(s.seq, '-infinity');
+  END LOOP;
+  RETURN NULL;
+END;
+$$;
+
+-- The sequence functions that read the jobs table keep index plans whatever the table's
+-- size when their plans were made, and are never JIT-compiled (see claim_limited() above).
+ALTER FUNCTION {schema}.sequence_release(text, timestamptz)
+  SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
+  SET enable_hashjoin = off SET enable_mergejoin = off;
+ALTER FUNCTION {schema}.jobs_sequence_requeue()
+  SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
+  SET enable_hashjoin = off SET enable_mergejoin = off;
