@@ -16,12 +16,13 @@
 --
 -- What one key costs: the scan reads at most 3 rows and keeps those of the first key it
 -- meets (a key with fewer jobs lets the scan read a row or two of the next key, which the
--- next step reads again; the LIMIT is a constant, so that the plan does not depend on it). The scan does
--- not test run_at in the index: a B-tree reads the rest of the index page it lands on, and
--- testing a fourth column on every entry of it was a seventh of the walk. It tests run_at on
--- the rows it returns instead: when one of the key's first rows is not due yet (a job
--- scheduled for later, at the head of its key in claim order), or when the key has 3 or more
--- free slots and 3 or more jobs, one more descent reads the key's due jobs, up to its share.
+-- next step reads again; the LIMIT is a constant, so that the plan does not depend on it).
+-- The scan does not test run_at in the index: a B-tree reads the rest of the index page it
+-- lands on, and testing a fourth column on every entry of it was a seventh of the walk. It
+-- tests run_at on the rows it returns instead: when one of the key's first rows is not due
+-- yet (a job scheduled for later, at the head of its key in claim order), or when the key has
+-- 3 or more free slots and 3 or more jobs, one more descent reads the key's due jobs, up to
+-- its share.
 -- A full key costs one short scan and one count, however many due jobs wait behind it.
 
 -- Keys compare byte by byte (collation "C"). A key is ASCII letters, digits and "_.:@/-"
@@ -110,12 +111,14 @@ LANGUAGE plpgsql
 -- Plans that hold whatever the table's size was when they were made. PL/pgSQL keeps a
 -- statement's plan for the session, and after five calls PostgreSQL may keep a generic one:
 -- made while the queue's table was small, it read the whole table on every claim once the
--- table had grown (migration 11 did: it::limits::a_full_keys_backlog_does_not_make_the_claim_
--- dearer_with_stale_statistics makes ten claims on a small table first). Every statement here has one right plan, an index walk in the order its ORDER
--- BY names or one primary-key probe per id, so the planner is kept to index scans and nested
--- loops, and keeps that plan (no planning per call). And no JIT compilation: the walk's
--- estimated cost grows with the table (a recursive walk of unknown length), and past
--- jit_above_cost every claim spent some 30 ms compiling a plan that runs in one.
+-- table had grown (migration 11 did; the test
+-- it::limits::a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistics
+-- makes ten claims on a small table first). Every statement here has one right plan, an
+-- index walk in the order its ORDER BY names or one primary-key probe per id, so the planner
+-- is kept to index scans and nested loops, and keeps that plan (no planning per call). And
+-- no JIT compilation: the walk's estimated cost grows with the table (a recursive walk of
+-- unknown length), and past jit_above_cost every claim spent some 30 ms compiling a plan
+-- that runs in one.
 SET jit = off
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -215,14 +218,19 @@ BEGIN
       ) x;
       -- Lock the candidates in their order, skipping any another session holds (an
       -- operator's cancel, say): one primary-key probe each, and no more than the budget.
-      -- The status test runs again on the locked, latest row version.
+      -- The status test runs again on the locked, latest row version. (It is written as one
+      -- IS TRUE test so that it implies no partial index's predicate: the primary key is the
+      -- only index left, whatever the planner thinks of the table's size. PostgreSQL 13
+      -- otherwise took jobs_key_ready_idx, whose predicate the test matches, and read all of
+      -- it for each candidate.)
       SELECT array_agg(l.id) INTO ids FROM (
         SELECT l.id
         FROM unnest(coalesce(ids, '{}'::bigint[])) AS c(id)
         CROSS JOIN LATERAL (
           SELECT j.id FROM {schema}.jobs j
-          WHERE j.id = c.id AND j.status = 'queued' AND j.held IS NULL
-            AND j.run_at <= ts AND j.attempts < j.max_attempts
+          WHERE j.id = c.id
+            AND (j.status = 'queued' AND j.held IS NULL
+                 AND j.run_at <= ts AND j.attempts < j.max_attempts) IS TRUE
           FOR UPDATE OF j SKIP LOCKED
         ) l
         LIMIT budget) l;
@@ -312,11 +320,48 @@ BEGIN
 END;
 $$;
 
--- The sequence functions that read the jobs table keep index plans whatever the table's
--- size when their plans were made, and are never JIT-compiled (see claim_limited() above).
-ALTER FUNCTION {schema}.sequence_release(text, timestamptz)
+-- sequence_release() as in migration 11, but the next member is found in (sequence, id)
+-- order, which only jobs_held_idx gives: in id order alone, the primary key could be walked
+-- from the start of the table instead.
+CREATE OR REPLACE FUNCTION {schema}.sequence_release(seq text, not_before timestamptz) RETURNS void
+LANGUAGE plpgsql
+SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
+SET enable_hashjoin = off SET enable_mergejoin = off
+AS $$
+DECLARE
+  next_id bigint;
+  next_q  text;
+BEGIN
+  PERFORM {schema}.sequence_lock(seq);
+  IF EXISTS (SELECT 1 FROM {schema}.jobs a
+             WHERE a.sequence = seq AND a.held IS NULL AND a.status IN ('queued', 'running')) THEN
+    RETURN;
+  END IF;
+  SELECT h.id INTO next_id FROM {schema}.jobs h
+  WHERE h.sequence = seq AND h.held IS NOT NULL AND h.status = 'queued'
+  ORDER BY h.sequence, h.id LIMIT 1
+  FOR UPDATE;
+  IF next_id IS NULL THEN
+    RETURN;
+  END IF;
+  UPDATE {schema}.jobs j
+  SET held = NULL,
+      run_at = CASE WHEN not_before > j.run_at THEN not_before ELSE j.run_at END
+  WHERE j.id = next_id
+  RETURNING j.queue INTO next_q;
+  PERFORM pg_notify({channel}, next_q);
+END;
+$$;
+
+-- The other functions that read the jobs table (the sequence functions, and enqueue_unique()
+-- for SQL callers) keep index plans whatever the table's size when their plans were made,
+-- and are never JIT-compiled (see claim_limited() above): PL/pgSQL keeps their plans for the
+-- session too.
+ALTER FUNCTION {schema}.jobs_sequence_requeue()
   SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
   SET enable_hashjoin = off SET enable_mergejoin = off;
-ALTER FUNCTION {schema}.jobs_sequence_requeue()
+ALTER FUNCTION {schema}.enqueue_unique(text, jsonb, text, smallint, integer, interval,
+                                       timestamptz, text, boolean, text[], boolean, interval,
+                                       text, boolean, text, text)
   SET jit = off SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off
   SET enable_hashjoin = off SET enable_mergejoin = off;
