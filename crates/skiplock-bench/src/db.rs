@@ -54,6 +54,7 @@ statements! {
     BenchCounters => "bench_counters.sql", "`queries/bench_counters.sql`: WAL position, transaction counts and dead tuples.",
     BenchVacuum => "bench_vacuum.sql", "`queries/bench_vacuum.sql`: vacuum and analyze the jobs table.",
     BenchFreezeStatistics => "bench_freeze_statistics.sql", "`queries/bench_freeze_statistics.sql`: turn autovacuum and autoanalyze off for the jobs table, so that its statistics stay as they were taken.",
+    BenchTruncate => "bench_truncate.sql", "`queries/bench_truncate.sql`: empty the jobs table and the workflow edges.",
 }
 
 impl Statement {
@@ -139,6 +140,7 @@ pub(crate) async fn finish_complete<C: GenericClient + Sync>(
     let outcomes = vec!["complete"; jobs.len()];
     let errors = vec![""; jobs.len()];
     let zeros = vec![0i64; jobs.len()];
+    let outputs: Vec<Option<&str>> = vec![None; jobs.len()];
     let rows = c
         .query_typed(
             finish,
@@ -150,6 +152,7 @@ pub(crate) async fn finish_complete<C: GenericClient + Sync>(
                 (&zeros, Type::INT8_ARRAY),
                 (&zeros, Type::INT8_ARRAY),
                 (&zeros, Type::INT8_ARRAY),
+                (&outputs, Type::TEXT_ARRAY),
             ],
         )
         .await?;

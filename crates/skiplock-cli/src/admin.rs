@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use skiplock::{JobId, JobState, PruneOptions};
+use skiplock::{JobId, JobState, PruneOptions, Relative};
 
 use crate::connect::Target;
 use crate::errors::{schema_hint, usage};
@@ -47,10 +47,14 @@ pub struct ShowArgs {
     /// Job id.
     #[arg(allow_negative_numbers = true)]
     id: String,
-    /// Print the job as JSON.
+    /// Print the job as JSON (its output as a JSON value; "parents" and the first 100
+    /// "children" as {"id", "state", "kind"}, with "children_total").
     #[arg(long)]
     json: bool,
 }
+
+/// How many of a job's children `show` lists.
+const SHOWN_CHILDREN: usize = 100;
 
 #[derive(Debug, Clone, Copy)]
 pub enum Action {
@@ -173,11 +177,19 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
     else {
         return Err(anyhow::anyhow!("no job {id} in schema {}", target.schema));
     };
+    let family = client
+        .family(id, SHOWN_CHILDREN)
+        .await
+        .map_err(|e| schema_hint(e, &target.schema))?;
     // The payload as PostgreSQL returned its text: numbers exactly as stored (parsing it into
     // a JSON value would round 1.0000000000000001 and numbers past 64 bits).
     let payload = serde_json::value::RawValue::from_string(j.payload.clone())
         .unwrap_or_else(|_| raw_string(&j.payload));
+    let output = j.output.as_ref().map(|o| {
+        serde_json::value::RawValue::from_string(o.clone()).unwrap_or_else(|_| raw_string(o))
+    });
     if args.json {
+        let after: Vec<i64> = j.after.iter().map(|i| i.0).collect();
         let job = ShowJson {
             id: j.id.0,
             queue: &j.queue,
@@ -195,6 +207,12 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             key: j.key.as_deref(),
             sequence: j.sequence.as_deref(),
             held: j.held.as_deref(),
+            after,
+            waiting: j.waiting,
+            parents: family.parents.iter().map(RelativeJson::from).collect(),
+            children: family.children.iter().map(RelativeJson::from).collect(),
+            children_total: family.children_total,
+            output: output.as_deref(),
             payload: &payload,
         };
         match serde_json::to_string(&job) {
@@ -216,16 +234,89 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
         outln!("schedule     {}", j.schedule.as_deref().unwrap_or("-"));
         outln!("key          {}", j.key.as_deref().unwrap_or("-"));
         match (&j.sequence, &j.held) {
-            (Some(s), Some(_)) => outln!("sequence     {s} (held: waiting for its turn)"),
-            (Some(s), None) => outln!("sequence     {s}"),
+            (Some(s), Some(h)) if h == "sequence" => {
+                outln!("sequence     {s} (held: waiting for its turn)")
+            }
+            (Some(s), _) => outln!("sequence     {s}"),
             (None, _) => outln!("sequence     -"),
+        }
+        outln!("held         {}", held_text(&j));
+        if j.after.is_empty() {
+            outln!("after        -");
+        } else {
+            let ids: Vec<String> = j.after.iter().map(ToString::to_string).collect();
+            outln!("after        {}", ids.join(", "));
+        }
+        print_relatives("parents", &family.parents, 0);
+        let more = usize::try_from(family.children_total)
+            .unwrap_or(0)
+            .saturating_sub(family.children.len());
+        print_relatives("children", &family.children, more);
+        match &output {
+            Some(o) => outln!("output       {}", o.get()),
+            None => outln!("output       -"),
         }
         outln!("payload      {}", payload.get());
     }
     Ok(())
 }
 
-/// `skiplock show --json`: the job, its payload as stored.
+/// The `held` line of `show`: why a queued job is not ready.
+fn held_text(j: &skiplock::JobRow) -> String {
+    match (j.held.as_deref(), j.state) {
+        (None, _) => "-".to_owned(),
+        (Some("after"), JobState::Failed) => {
+            "after (a job it waited for failed; see last_error)".to_owned()
+        }
+        (Some("after"), _) => match j.waiting {
+            Some(n) => format!("after (waiting: {n} of {} not done yet)", j.after.len()),
+            None => "after".to_owned(),
+        },
+        (Some("sequence"), _) => "sequence (waiting for its turn)".to_owned(),
+        (Some(other), _) => other.to_owned(),
+    }
+}
+
+/// One line per parent or child, `ID STATE KIND`, then "… and N more".
+fn print_relatives(label: &str, list: &[Relative], more: usize) {
+    if list.is_empty() {
+        outln!("{label:<12} -");
+        return;
+    }
+    for (n, r) in list.iter().enumerate() {
+        let head = if n == 0 { label } else { "" };
+        let state = r.state.map_or("deleted", JobState::as_str);
+        outln!(
+            "{head:<12} {} {state} {}",
+            r.id,
+            r.kind.as_deref().unwrap_or("-")
+        );
+    }
+    if more > 0 {
+        outln!("{:<12} … and {more} more", "");
+    }
+}
+
+/// A parent or child in `show --json`.
+#[derive(serde::Serialize)]
+struct RelativeJson<'a> {
+    id: i64,
+    /// Null for a job deleted since.
+    state: Option<&'static str>,
+    kind: Option<&'a str>,
+}
+
+impl<'a> From<&'a Relative> for RelativeJson<'a> {
+    fn from(r: &'a Relative) -> Self {
+        RelativeJson {
+            id: r.id.0,
+            state: r.state.map(JobState::as_str),
+            kind: r.kind.as_deref(),
+        }
+    }
+}
+
+/// `skiplock show --json`: the job, its payload and output as stored.
 #[derive(serde::Serialize)]
 struct ShowJson<'a> {
     id: i64,
@@ -244,6 +335,15 @@ struct ShowJson<'a> {
     key: Option<&'a str>,
     sequence: Option<&'a str>,
     held: Option<&'a str>,
+    /// The jobs it waits for (empty for none).
+    after: Vec<i64>,
+    /// How many of them are not done yet (null for a job that waits for none).
+    waiting: Option<i32>,
+    parents: Vec<RelativeJson<'a>>,
+    /// The first [`SHOWN_CHILDREN`].
+    children: Vec<RelativeJson<'a>>,
+    children_total: i64,
+    output: Option<&'a serde_json::value::RawValue>,
     payload: &'a serde_json::value::RawValue,
 }
 

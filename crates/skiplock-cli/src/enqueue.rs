@@ -1,18 +1,20 @@
 //! `skiplock enqueue`: one job from the argument, or one job per JSON line of standard
 //! input, enqueued in batches inside one transaction (all or nothing). With a uniqueness
 //! rule (`--unique-key`, `--unique-by-args` or `--unique-fields`), each job is reported as
-//! inserted or as the duplicate of an active job.
+//! inserted or as the duplicate of an active job. `--after` makes the jobs wait for existing
+//! ones; `--workflow FILE` enqueues jobs that wait for each other (see [`crate::workflow`]).
 
 use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
-use skiplock::{Enqueued, Error, NewJob, OnConflict, Unique};
+use skiplock::{Enqueued, Error, JobId, NewJob, OnConflict, Unique};
 
 use crate::connect::Target;
 use crate::errors::{schema_hint, usage};
 use crate::output::{out, outln, print_json};
 use crate::parse::parse_duration;
+use crate::workflow::{Defaults, Plan};
 
 /// Jobs per INSERT when reading standard input.
 const BATCH: usize = 5_000;
@@ -75,8 +77,44 @@ pub struct Args {
     /// line's job joins it, in line order.
     #[arg(long, value_name = "KEY")]
     sequence: Option<String>,
+    /// Wait for these jobs (their ids, comma-separated or repeated): the job runs once each
+    /// of them is done, and fails if one of them fails for good. A job that does not exist
+    /// or has already failed is refused (nothing is enqueued); one already done counts as
+    /// done. With standard input, every line's job waits for them.
+    #[arg(
+        long,
+        value_name = "ID[,ID...]",
+        value_delimiter = ',',
+        value_parser = parse_job_id,
+        conflicts_with_all = ["unique_by", "sequence"],
+    )]
+    after: Vec<i64>,
+    /// Enqueue a workflow: the JSON lines of FILE (`-` for standard input), one job each,
+    /// all or nothing. A line takes "kind", "payload", "queue", "priority",
+    /// "max_attempts", "delay" ("30s", or seconds) or "run_at" (RFC 3339), "key" (the
+    /// flags give the defaults of those left out), "ref" (a name for the job, unique in the
+    /// file) and "after" (an array of the refs of the jobs it waits for, or ids of jobs that
+    /// exist), e.g. {"ref":"resize","kind":"resize","after":["fetch"]}. Lines may come in
+    /// any order; a cycle, an unknown or duplicate ref or a bad line is refused. Prints one
+    /// id per line in the file's line order (blank lines skipped); with --json, one
+    /// {"line":N,"ref":…,"id":…} per job.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["payload", "unique_by", "sequence", "after"],
+    )]
+    workflow: Option<String>,
     /// The payload (JSON). Without it, each line of standard input is one job's payload.
     payload: Option<String>,
+}
+
+/// A job id: a positive whole number.
+fn parse_job_id(s: &str) -> Result<i64, String> {
+    s.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{s:?} is not a job id (a positive whole number)"))
 }
 
 /// `--on-conflict`.
@@ -87,7 +125,7 @@ enum Conflict {
     KeepRunAt,
 }
 
-fn parse_rfc3339(s: &str) -> Result<SystemTime, String> {
+pub(crate) fn parse_rfc3339(s: &str) -> Result<SystemTime, String> {
     humantime::parse_rfc3339_weak(s.trim())
         .map_err(|e| format!("{s:?} is not an RFC 3339 time ({e})"))
 }
@@ -112,6 +150,9 @@ impl Args {
         }
         if let Some(s) = &self.sequence {
             job = job.sequence(s);
+        }
+        if !self.after.is_empty() {
+            job = job.after(self.after.iter().map(|i| JobId(*i)));
         }
         job
     }
@@ -186,6 +227,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     if let Some(s) = &args.sequence {
         skiplock::input::job_key("sequence", s)?;
     }
+    if let Some(file) = args.workflow.clone() {
+        return workflow(target, &args, &file).await;
+    }
     match args.payload.clone() {
         Some(payload) => {
             let job = args.job(payload);
@@ -194,14 +238,14 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
                 let e = client
                     .enqueue_unique(&job)
                     .await
-                    .map_err(|e| schema_hint(e, &target.schema))?;
+                    .map_err(|e| refused(e, &target.schema))?;
                 print_enqueued(&[e], &args);
                 return Ok(());
             }
             let id = client
                 .enqueue(&job)
                 .await
-                .map_err(|e| schema_hint(e, &target.schema))?;
+                .map_err(|e| refused(e, &target.schema))?;
             if args.json {
                 let mut m = serde_json::Map::new();
                 m.insert("id".into(), id.0.into());
@@ -275,7 +319,7 @@ async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
                     lines[c * BATCH + index]
                 )))
             }
-            Err(e) => return Err(schema_hint(e, &target.schema)),
+            Err(e) => return Err(refused(e, &target.schema)),
         }
     }
     tx.commit()
@@ -298,4 +342,108 @@ async fn from_stdin(target: &Target, args: &Args) -> anyhow::Result<()> {
         out!("{out}");
     }
     Ok(())
+}
+
+/// An enqueue the database refused as invalid input (SQLSTATE 22023: a job of `--after` that
+/// does not exist or has failed, …): exit status 2, its message on one line. Anything else as
+/// [`schema_hint`] has it.
+fn refused(e: Error, schema: &str) -> anyhow::Error {
+    match refusal(&e) {
+        Some(msg) => usage(format!("{msg}; nothing was enqueued")),
+        None => schema_hint(e, schema),
+    }
+}
+
+/// The database's message, when it refused the input (SQLSTATE 22023).
+fn refusal(e: &Error) -> Option<String> {
+    e.as_db_error()
+        .filter(|d| *d.code() == tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+        .map(|d| d.message().replace('\n', " "))
+}
+
+/// `--workflow FILE`: checked and sorted here, enqueued in one transaction.
+async fn workflow(target: &Target, args: &Args, file: &str) -> anyhow::Result<()> {
+    let text = if file == "-" {
+        let mut input = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut input)
+            .context("could not read standard input")?;
+        input
+    } else {
+        std::fs::read(file)
+            .map_err(|e| usage(format!("--workflow {file}: could not read it: {e}")))?
+    };
+    let defaults = Defaults {
+        kind: &args.kind,
+        queue: &args.queue,
+        priority: args.priority,
+        max_attempts: args.max_attempts,
+        delay: args.delay,
+        run_at: args.run_at,
+        key: args.key.as_deref(),
+    };
+    let nothing = |msg: String| usage(format!("{msg}; nothing was enqueued"));
+    let plan = Plan::parse(&text, &defaults).map_err(nothing)?;
+    let (flow, index) = plan.workflow().map_err(nothing)?;
+    let client = target.client(1).await?;
+    let ids = match client.enqueue_workflow(&flow).await {
+        Ok(ids) => ids,
+        Err(Error::InvalidBatchItem { index, source }) => {
+            let at = plan
+                .line_of_step(index)
+                .map_or_else(String::new, |n| format!("line {n}: "));
+            return Err(nothing(format!("{at}{source}")));
+        }
+        Err(e) => {
+            let Some(msg) = refusal(&e) else {
+                return Err(schema_hint(e, &target.schema));
+            };
+            // "… job 999 does not exist" / "… job 5 has failed …": name the line that
+            // waits for it.
+            let line = refused_job(&msg).and_then(|id| plan.line_waiting_for(id));
+            let at = line.map_or_else(String::new, |n| format!("line {n}: "));
+            return Err(nothing(format!("{at}{msg}")));
+        }
+    };
+    if ids.len() != plan.len() {
+        return Err(anyhow::anyhow!(
+            "enqueue_workflow returned {} ids for {} jobs",
+            ids.len(),
+            plan.len()
+        ));
+    }
+    let mut out = String::with_capacity(ids.len() * 12);
+    for (placed, i) in plan.placed().zip(&index) {
+        let id = ids[*i];
+        if args.json {
+            let line = WorkflowLine {
+                line: placed.number,
+                reference: placed.reference,
+                id: id.0,
+            };
+            out.push_str(&serde_json::to_string(&line).context("could not print the ids")?);
+        } else {
+            out.push_str(&id.to_string());
+        }
+        out.push('\n');
+    }
+    out!("{out}");
+    Ok(())
+}
+
+/// `enqueue --workflow --json`: one job line's id.
+#[derive(serde::Serialize)]
+struct WorkflowLine<'a> {
+    line: usize,
+    #[serde(rename = "ref")]
+    reference: Option<&'a str>,
+    id: i64,
+}
+
+/// The job a refusal of `after` names: N in "… after: job N does not exist" or "… after: job
+/// N has failed …".
+fn refused_job(msg: &str) -> Option<i64> {
+    let rest = msg.split("after: job ").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }

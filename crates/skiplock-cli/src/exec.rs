@@ -19,11 +19,23 @@
 //! left to chance is a `kill -9` landing between a command's end and the worker's kill of
 //! its leftovers (the guard has exited by then): leftovers of a command that already
 //! finished would then run on.
+//!
+//! Outputs: each attempt gets a fresh empty file (mode 0600, in the temporary directory),
+//! its path in `SKIPLOCK_OUTPUT`. What a command that exits 0 left in it is the job's output:
+//! nothing (or only white space) for none, else one JSON value of at most
+//! [`MAX_OUTPUT_BYTES`] (read no further than that), stored with the completion. Anything
+//! else fails the attempt (retried), saying why. A job that waits for other jobs also gets
+//! `SKIPLOCK_PARENT_OUTPUTS`: the path of a file holding one JSON object, each parent's id
+//! (as a string) to its output (`null` for none); for a job without parents the variable is
+//! not set. Both files are removed when the attempt ends, however it ends.
 
 use std::collections::BTreeSet;
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -40,6 +52,17 @@ pub const TERM_GRACE: Duration = Duration::from_secs(3);
 
 /// How much of a failed command's standard error is kept in `last_error`.
 const STDERR_TAIL: usize = 2048;
+
+/// The largest output a command may leave in `SKIPLOCK_OUTPUT`, in bytes (the client's
+/// limit, `skiplock::ClientBuilder::max_output_bytes`, which the command leaves at its
+/// default).
+pub const MAX_OUTPUT_BYTES: usize = skiplock::input::DEFAULT_MAX_OUTPUT_BYTES;
+
+/// The variable naming the file a command writes its output to.
+const OUTPUT_VAR: &str = "SKIPLOCK_OUTPUT";
+
+/// The variable naming the file holding the outputs of a job's parents.
+const PARENTS_VAR: &str = "SKIPLOCK_PARENT_OUTPUTS";
 
 /// The process groups of the commands running now.
 static LIVE: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
@@ -202,7 +225,10 @@ async fn exec(
     let mut input = Vec::with_capacity(8 + payload.len());
     input.extend_from_slice(&(payload.len() as u64).to_be_bytes());
     input.extend_from_slice(payload.as_bytes());
-    let mut child = tokio::process::Command::new(&guard)
+    // Removed when this attempt ends, however it ends (dropped with this future).
+    let (output, parents) = attempt_files(&ctx).await?;
+    let mut command = tokio::process::Command::new(&guard);
+    command
         .arg0("skiplock")
         .args(["exec-guard", "--", program])
         .args(args)
@@ -211,6 +237,13 @@ async fn exec(
         .env("SKIPLOCK_MAX_ATTEMPTS", ctx.max_attempts.to_string())
         .env("SKIPLOCK_QUEUE", &ctx.queue)
         .env("SKIPLOCK_KIND", &ctx.kind)
+        .env(OUTPUT_VAR, output.path());
+    // Set only for a job with parents (never inherited from the worker's environment).
+    match &parents {
+        Some(p) => command.env(PARENTS_VAR, p.path()),
+        None => command.env_remove(PARENTS_VAR),
+    };
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped())
@@ -269,7 +302,7 @@ async fn exec(
         format!(": {tail}")
     };
     match (status.code(), status.signal()) {
-        (Some(0), _) => Ok(()),
+        (Some(0), _) => store_output(&ctx, output.path()),
         (Some(EXIT_RETRY), _) => Err(JobError::retry(format!(
             "exit {EXIT_RETRY} (retry requested){tail}"
         ))),
@@ -277,6 +310,160 @@ async fn exec(
         (None, Some(sig)) => Err(JobError::retry(format!("killed by signal {sig}{tail}"))),
         (None, None) => Err(JobError::retry(format!("ended abnormally{tail}"))),
     }
+}
+
+/// A file of one attempt, removed when dropped.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    /// A new empty file in the temporary directory, readable and writable by this user
+    /// alone, under a name no other file has (created with O_EXCL: never an existing file
+    /// or a link someone planted).
+    fn create(ctx: &JobContext, what: &str) -> std::io::Result<(TempFile, std::fs::File)> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir();
+        let mut tries = 0;
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let path = dir.join(format!(
+                "skiplock-{}-job{}-{}-{n}-{nanos:x}-{what}.json",
+                std::process::id(),
+                ctx.id,
+                ctx.attempt
+            ));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(f) => return Ok((TempFile(path), f)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 16 => {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The attempt's files: the empty one for its output, and the one holding its parents'
+/// outputs if it has parents.
+async fn attempt_files(ctx: &JobContext) -> Result<(TempFile, Option<TempFile>), JobError> {
+    let no_file = |e: std::io::Error| {
+        JobError::retry(format!(
+            "could not create a file for {OUTPUT_VAR} in {}: {e}",
+            std::env::temp_dir().display()
+        ))
+    };
+    let parents = ctx.parent_outputs().await.map_err(|e| {
+        JobError::retry(format!(
+            "could not read the outputs of the jobs this job waits for: {}",
+            chain(&e)
+        ))
+    })?;
+    let (output, _) = TempFile::create(ctx, "output").map_err(no_file)?;
+    if parents.is_empty() {
+        return Ok((output, None));
+    }
+    let object: serde_json::Map<String, serde_json::Value> = parents
+        .into_iter()
+        .map(|(id, v)| (id.to_string(), v))
+        .collect();
+    let text = serde_json::Value::Object(object).to_string();
+    let no_parents_file = |e: std::io::Error| {
+        JobError::retry(format!(
+            "could not write the file for {PARENTS_VAR} in {}: {e}",
+            std::env::temp_dir().display()
+        ))
+    };
+    let (file, mut f) = TempFile::create(ctx, "parents").map_err(no_parents_file)?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.flush())
+        .map_err(no_parents_file)?;
+    Ok((output, Some(file)))
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cause = c.source();
+    }
+    s.replace('\n', " ")
+}
+
+/// Reads what the command left in its `SKIPLOCK_OUTPUT` file (no further than
+/// [`MAX_OUTPUT_BYTES`] + 1 bytes) and sets it as the job's output; `Ok` with nothing set
+/// for an empty file (or one of white space only, or one the command removed).
+fn store_output(ctx: &JobContext, path: &Path) -> Result<(), JobError> {
+    match read_output(path)? {
+        Some(text) => {
+            let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&text)
+                .map_err(|e| JobError::retry(format!("{OUTPUT_VAR}: not valid JSON: {e}")))?;
+            skiplock::input::output(raw.get(), MAX_OUTPUT_BYTES)
+                .and_then(|()| ctx.set_output(&raw))
+                .map_err(|e| JobError::retry(format!("{OUTPUT_VAR}: {e}")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// The text of an output file, trimmed; `None` when there is none.
+fn read_output(path: &Path) -> Result<Option<String>, JobError> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(JobError::retry(format!(
+                "{OUTPUT_VAR}: could not read {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_OUTPUT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            JobError::retry(format!(
+                "{OUTPUT_VAR}: could not read {}: {e}",
+                path.display()
+            ))
+        })?;
+    if bytes.len() > MAX_OUTPUT_BYTES {
+        return Err(JobError::retry(format!(
+            "{OUTPUT_VAR}: the output is over {MAX_OUTPUT_BYTES} bytes, the limit (store large \
+             results elsewhere and output a reference to them)"
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| JobError::retry(format!("{OUTPUT_VAR}: not valid JSON: not UTF-8 text")))?;
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(trimmed.to_owned()))
 }
 
 /// Checks, before the worker starts, that `program` can be run as the guard will run it

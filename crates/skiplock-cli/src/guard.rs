@@ -8,8 +8,9 @@
 //! (its length as 8 big-endian bytes, then the bytes), which the guard hands to the command
 //! on the command's own standard input, then nothing: the worker holds the pipe open for as
 //! long as the job is its. End of file there means the worker is gone (the kernel closes
-//! the pipe of a process that dies, however it dies): the guard then kills its whole group,
-//! itself included, with SIGKILL.
+//! the pipe of a process that dies, however it dies): the guard then removes the attempt's
+//! files (`SKIPLOCK_OUTPUT`, `SKIPLOCK_PARENT_OUTPUTS`) and kills its whole group, itself
+//! included, with SIGKILL.
 //!
 //! The guard exits as the command did: with its exit code, or by the same signal (so the
 //! worker reports "killed by signal N" as for a command it ran directly). A command that
@@ -132,8 +133,13 @@ fn read_payload(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
     Ok(payload)
 }
 
-/// Waits for the end of the worker's pipe, then kills the whole group (this process too).
+/// Waits for the end of the worker's pipe, then removes the attempt's files (the worker,
+/// gone, cannot: see `crate::exec`) and kills the whole group (this process too).
 fn watch_worker(mut input: impl Read) {
+    let files: Vec<std::ffi::OsString> = ["SKIPLOCK_OUTPUT", "SKIPLOCK_PARENT_OUTPUTS"]
+        .into_iter()
+        .filter_map(std::env::var_os)
+        .collect();
     let mut buf = [0u8; 64];
     loop {
         match input.read(&mut buf) {
@@ -142,6 +148,9 @@ fn watch_worker(mut input: impl Read) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
+    }
+    for f in files {
+        let _ = std::fs::remove_file(f);
     }
     let _ = killpg(getpgrp(), Signal::SIGKILL);
 }

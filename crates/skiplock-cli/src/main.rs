@@ -21,6 +21,7 @@ mod schedule;
 mod serve;
 mod stats;
 mod work;
+mod workflow;
 
 use std::process::ExitCode;
 
@@ -62,7 +63,8 @@ enum Command {
     /// Create the queue's schema, or upgrade it to this version. Safe to run again, and from
     /// several processes at once.
     Migrate,
-    /// Enqueue one job, or JSON lines from standard input.
+    /// Enqueue one job, JSON lines from standard input, or a workflow (--workflow FILE: jobs
+    /// that wait for each other).
     Enqueue(enqueue::Args),
     /// Run a worker: built-in demo kinds, or every job handed to a command (--exec).
     Work(work::Args),
@@ -81,7 +83,7 @@ enum Command {
     Cancel(admin::IdsArgs),
     /// Delete jobs that are not running.
     Delete(admin::IdsArgs),
-    /// Show one job.
+    /// Show one job: its fields, its output, and the jobs it waits for and that wait for it.
     Show(admin::ShowArgs),
     /// Periodic (cron) jobs: add, list, remove, pause, resume, run-now.
     Schedule {

@@ -146,7 +146,13 @@ pub struct Args {
     /// input; SKIPLOCK_JOB_ID, SKIPLOCK_ATTEMPT, SKIPLOCK_QUEUE and SKIPLOCK_KIND are set.
     /// Exit 0: done. Exit 75: retry. Any other exit or a signal: retry, with the end of its
     /// standard error as last_error, until max_attempts. Each command runs in a process group
-    /// of its own, killed with it: nothing it started outlives its attempt.
+    /// of its own, killed with it: nothing it started outlives its attempt. SKIPLOCK_OUTPUT
+    /// names an empty file: JSON the command writes there (at most 1 MiB) is stored as the
+    /// job's output when it exits 0 (left empty: no output; not JSON, or too big: the attempt
+    /// fails and is retried). A job that waits for other jobs also gets
+    /// SKIPLOCK_PARENT_OUTPUTS, the path of a JSON object from each parent's id to its output
+    /// (null for none); for other jobs it is not set. Both files are removed after the
+    /// attempt.
     #[arg(long, value_name = "CMD [ARGS...]", num_args = 1.., allow_hyphen_values = true)]
     exec: Option<Vec<String>>,
 }

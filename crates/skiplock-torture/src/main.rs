@@ -10,9 +10,24 @@
 //! target/release/skiplock-torture run --duration 30m --jobs 200000   # the long run
 //! target/release/skiplock-torture run --duration 45s --jobs 3000     # the short run CI does
 //! ```
+//!
+//! `flow` is the workflows' scenario: chains, diamonds and a fan-out of 10,000 children run
+//! by worker processes whose handlers write an effect and complete the job in one
+//! transaction (`JobContext::complete_tx`), under `kill -9` and SIGSTOP; the accounting
+//! counts each job's effects (exactly one) and checks that no job ran before its parents
+//! were done. `--no-tx` is its negative control (effect and completion apart): it must find
+//! duplicate effects.
+//!
+//! ```sh
+//! target/release/skiplock-torture flow --duration 60s
+//! target/release/skiplock-torture flow --duration 20s --no-tx   # must fail
+//! ```
 
 mod check;
 mod faults;
+mod flow;
+mod flow_check;
+mod flow_job;
 mod jobs;
 mod log;
 mod orchestrate;
@@ -34,6 +49,9 @@ struct Cli {
 enum Command {
     /// Run the torture: workers, faults, then the accounting.
     Run(orchestrate::Args),
+    /// Workflows with exactly-once effects: chains, diamonds and a fan-out under kill -9 and
+    /// SIGSTOP, then each job's effects counted.
+    Flow(flow::Args),
     /// A worker process with typed handlers (started by `run`).
     #[command(hide = true)]
     Worker {
@@ -48,6 +66,12 @@ enum Command {
         /// Outcomes and heartbeats without the attempts fence (the negative control).
         #[arg(long)]
         unfenced: bool,
+        /// Run the flow scenario's job (`flow`) instead of the `run` ones.
+        #[arg(long)]
+        flow: bool,
+        /// With `--flow`: the negative control's handler (effect and completion apart).
+        #[arg(long, requires = "flow")]
+        no_tx: bool,
     },
     /// One job run by `skiplock work --exec` (started by the exec workers).
     #[command(hide = true)]
@@ -67,11 +91,17 @@ fn main() -> ExitCode {
             log,
             name,
             unfenced,
+            flow,
+            no_tx,
         } => {
+            if flow {
+                return runtime(flow_job::worker(url, schema, name, log, no_tx));
+            }
             let _ = jobs::LOG.set(log);
             runtime(worker(url, schema, name, unfenced))
         }
         Command::Run(args) => runtime(orchestrate::run(args)),
+        Command::Flow(args) => runtime(flow::run(args)),
     }
 }
 

@@ -56,17 +56,20 @@ pub struct Args {
     unfenced: bool,
 }
 
-struct Proc {
-    name: String,
-    cmd: Vec<String>,
-    env: Vec<(String, String)>,
-    out: PathBuf,
-    child: Option<Child>,
-    starts: u32,
+/// A worker process of the run: how to start it, and the running one (if any).
+pub(crate) struct Proc {
+    pub(crate) name: String,
+    pub(crate) cmd: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    /// Where its stdout and stderr go (appended to across restarts).
+    pub(crate) out: PathBuf,
+    pub(crate) child: Option<Child>,
+    /// How many times it was started.
+    pub(crate) starts: u32,
 }
 
 impl Proc {
-    fn start(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn start(&mut self) -> anyhow::Result<()> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -84,14 +87,14 @@ impl Proc {
         Ok(())
     }
 
-    fn alive(&mut self) -> bool {
+    pub(crate) fn alive(&mut self) -> bool {
         match &mut self.child {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => false,
         }
     }
 
-    fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         if let Some(c) = &self.child {
             let _ = Command::new("kill")
                 .args([sig, &c.id().to_string()])
@@ -99,7 +102,7 @@ impl Proc {
         }
     }
 
-    fn wait(&mut self, limit: Duration) {
+    pub(crate) fn wait(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
         while self.alive() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -115,7 +118,7 @@ impl Proc {
 }
 
 /// Stops the private cluster however the run ends.
-struct ClusterGuard(LocalCluster, PathBuf, bool);
+pub(crate) struct ClusterGuard(pub(crate) LocalCluster, pub(crate) PathBuf, pub(crate) bool);
 
 impl Drop for ClusterGuard {
     fn drop(&mut self) {
@@ -131,7 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let has = |f: Fault| faults.contains(&f);
     let dir = std::env::temp_dir().join(format!("skiplock-torture-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (cluster, port) = start_cluster(&dir)?;
+    let (cluster, port) = start_cluster(&dir, &[])?;
     let guard = ClusterGuard(cluster.clone(), dir.clone(), args.keep);
     let url = LocalCluster::url(port, "postgres");
     print_plan(&args, &faults);
@@ -219,14 +222,24 @@ fn chosen_faults(args: &Args) -> Vec<Fault> {
     }
 }
 
-/// The run's own PostgreSQL, in `dir/pg`, started; returns it and its port.
-fn start_cluster(dir: &Path) -> anyhow::Result<(LocalCluster, u16)> {
+/// The run's own PostgreSQL, in `dir/pg`, started with `extra` settings besides its own;
+/// returns it and its port.
+pub(crate) fn start_cluster(
+    dir: &Path,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<(LocalCluster, u16)> {
     let cluster = LocalCluster::new(dir.join("pg"))?;
     cluster.init()?;
+    let mut settings = vec![("max_connections".to_owned(), "300".to_owned())];
+    settings.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     let port = cluster.start(&StartOptions {
         port: None,
         unsafe_fast: false,
-        settings: vec![("max_connections".into(), "300".into())],
+        settings,
     })?;
     Ok((cluster, port))
 }

@@ -3,6 +3,9 @@
 -- (waiting for its turn in its sequence, migration 11), the member of the sequence it waits
 -- for: the active one (queued and not held, or running), by one probe of jobs_sequence_idx;
 -- NULL for a job that is not held, or when no member is active.
+-- Of a workflow (migration 13): its output indented and cut at $2 characters (with its full
+-- size), how many jobs it waits for and how many of those are not done yet, and whether any
+-- job waits for it (the page reads its family and its graph only then).
 SELECT j.id, j.queue, j.kind, j.status, j.priority, j.attempts, j.max_attempts,
        extract(epoch FROM j.run_at)::float8               AS run_at,
        extract(epoch FROM j.created_at)::float8           AS created_at,
@@ -12,6 +15,11 @@ SELECT j.id, j.queue, j.kind, j.status, j.priority, j.attempts, j.max_attempts,
        left(jsonb_pretty(j.payload), $2::int4)            AS payload,
        octet_length(j.payload::text)::int8                AS payload_bytes,
        j.key, j.sequence, j.held,
+       left(jsonb_pretty(j.output), $2::int4)             AS output,
+       octet_length(j.output::text)::int8                 AS output_bytes,
+       coalesce(cardinality(j.after), 0)::int8            AS parents_total,
+       j.waiting,
+       coalesce(j.has_children, false)                    AS has_children,
        a.id                                               AS waits_for,
        a.status                                           AS waits_for_status,
        extract(epoch FROM now())::float8                  AS now

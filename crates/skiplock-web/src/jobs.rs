@@ -10,6 +10,7 @@ use tokio_postgres::Row;
 
 use crate::db::{self, Filter};
 use crate::html::{self, esc, int, state_badge, url_value, when, when_full, Count, Frame, Nav};
+use crate::workflow::{self, Workflow};
 use crate::{html_response, App, Viewer};
 
 /// The four states, and `held` (queued jobs waiting for their turn in a sequence), in the
@@ -447,7 +448,7 @@ fn list_body(f: &Frame<'_>, filter: &Filter, rows: &[ListRow], count: Count, p: 
                 _ => String::new(),
             };
             let held = match (r.status.as_str(), &r.held) {
-                ("queued", Some(_)) => format!(" {}", held_tag()),
+                ("queued", Some(h)) => format!(" {}", held_tag(h)),
                 _ => String::new(),
             };
             let err = r.last_error.as_deref().unwrap_or("");
@@ -549,10 +550,16 @@ pub(crate) fn title_case(s: &str) -> String {
     }
 }
 
-/// The tag of a held job: queued, waiting for its turn in its sequence.
-fn held_tag() -> &'static str {
-    "<span class=\"tag held\" title=\"Queued, waiting for its turn in its sequence: it becomes \
-     ready when the member before it finishes\">held</span>"
+/// The tag of a held job: queued, waiting for its turn in its sequence (`held` is
+/// `sequence`), or for the jobs it depends on (`after`).
+fn held_tag(held: &str) -> &'static str {
+    if held == "after" {
+        "<span class=\"tag held after\" title=\"Queued, waiting for the jobs it depends on: it \
+         becomes ready when they are all done\">waiting</span>"
+    } else {
+        "<span class=\"tag held\" title=\"Queued, waiting for its turn in its sequence: it \
+         becomes ready when the member before it finishes\">held</span>"
+    }
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -587,16 +594,24 @@ pub(crate) async fn show(
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
-        db::rows(
+        let rows = db::rows(
             &tx,
             &app.sql.job_get,
             &[(&id, Type::INT8), (&chars, Type::INT4)],
         )
-        .await
+        .await?;
+        // A job of a workflow: its parents and children, and its graph, in the same snapshot.
+        let flow = match rows.first() {
+            Some(r) if workflow::takes_part(r) => {
+                Some(workflow::read(&tx, &app.sql, id, app.options.count_limit).await?)
+            }
+            _ => None,
+        };
+        Ok::<_, db::DbError>((rows, flow))
     };
     let f = app.frame(&v);
     match read.await {
-        Ok(rows) => match rows.first() {
+        Ok((rows, flow)) => match rows.first() {
             Some(r) => html_response(
                 StatusCode::OK,
                 html::page(
@@ -604,7 +619,7 @@ pub(crate) async fn show(
                     &format!("Job {id}"),
                     Nav::Jobs,
                     "",
-                    &job_body(&f, v.full, r, &q, chars),
+                    &job_body(&f, v.full, r, &q, chars, flow.as_ref()),
                     true,
                 ),
             ),
@@ -638,7 +653,14 @@ fn notice(q: &ShowQuery, status: &str) -> String {
     format!("<p class=\"notice {class}\">{}</p>", esc(&text))
 }
 
-fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> String {
+fn job_body(
+    f: &Frame<'_>,
+    full: bool,
+    r: &Row,
+    q: &ShowQuery,
+    chars: i32,
+    flow: Option<&Workflow>,
+) -> String {
     let base = esc(f.base);
     let id: i64 = r.get("id");
     let status: String = r.get("status");
@@ -656,18 +678,40 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
     let held: Option<String> = r.get("held");
     let waits_for: Option<i64> = r.get("waits_for");
     let waits_for_status: Option<String> = r.get("waits_for_status");
+    let output: Option<String> = r.get("output");
+    let output_bytes: Option<i64> = r.get("output_bytes");
+    let parents_total: i64 = r.get("parents_total");
+    let parents_waiting: Option<i32> = r.get("waiting");
     let mut s = notice(q, &status);
     let none = || "<span class=\"muted\">-</span>".to_owned();
-    // Held: queued, but waiting for its turn in its sequence rather than for time.
+    // Held: queued, but waiting for its turn in its sequence, or for the jobs it depends on,
+    // rather than for time.
     let is_held = status == "queued" && held.is_some();
+    let held_kind = held.as_deref().unwrap_or("");
     let state = match (&sequence, is_held) {
         (Some(seq), true) => format!(
             "{} {} <span class=\"muted\">(waiting for its turn in sequence <b>{}</b>)</span>",
             state_badge(&status),
-            held_tag(),
+            held_tag(held_kind),
             esc(seq)
         ),
-        (None, true) => format!("{} {}", state_badge(&status), held_tag()),
+        (None, true) if held_kind == "after" => {
+            let open = parents_waiting.unwrap_or(0);
+            format!(
+                "{} {} <span class=\"muted\">({} of the {} {} it depends on not done yet)</span>",
+                state_badge(&status),
+                held_tag(held_kind),
+                int(i64::from(open)),
+                int(parents_total),
+                if parents_total == 1 { "job" } else { "jobs" }
+            )
+        }
+        (None, true) => format!("{} {}", state_badge(&status), held_tag(held_kind)),
+        _ if status == "failed" && held_kind == "after" => format!(
+            "{} <span class=\"muted\">(a job it depends on did not finish: see the last \
+             error)</span>",
+            state_badge(&status)
+        ),
         _ => state_badge(&status),
     };
     let sequence_cell = match (&sequence, waits_for) {
@@ -690,7 +734,7 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
         }
         (_, t) => when_full(t, now),
     };
-    let rows: [(&str, String); 13] = [
+    let rows: [(&str, String); 14] = [
         ("State", state),
         (
             "Queue",
@@ -717,6 +761,7 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
         ("Finished", when_full(r.get("finished_at"), now)),
         ("Lease (locked until)", lease),
         ("Payload size", html::bytes(payload_bytes)),
+        ("Output size", output_bytes.map_or_else(none, html::bytes)),
         (
             "Last error",
             match &last_error {
@@ -730,11 +775,32 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
         s.push_str(&format!("<tr><th>{k}</th><td>{val}</td></tr>"));
     }
     s.push_str("</tbody></table><div class=\"side\">");
-    s.push_str(&actions(f, full, id, &status, is_held));
-    s.push_str("</div></div><h2>Payload</h2>");
-    let cut = payload.chars().count() >= chars as usize;
-    s.push_str(&format!("<pre class=\"payload\">{}</pre>", esc(&payload)));
-    if cut {
+    s.push_str(&actions(f, full, id, &status, is_held.then_some(held_kind)));
+    s.push_str("</div></div>");
+    if let Some(w) = flow {
+        s.push_str(&workflow::section(
+            f,
+            id,
+            &status,
+            parents_total,
+            parents_waiting,
+            w,
+        ));
+    }
+    s.push_str("<h2>Payload</h2>");
+    s.push_str(&json_block("payload", &payload, chars));
+    if let Some(out) = &output {
+        s.push_str("<h2>Output</h2>");
+        s.push_str(&json_block("payload output", out, chars));
+    }
+    s
+}
+
+/// Indented JSON in a `<pre>` (scrolling past its height), with a note when it was cut at
+/// `chars` characters.
+fn json_block(class: &str, text: &str, chars: i32) -> String {
+    let mut s = format!("<pre class=\"{class}\">{}</pre>", esc(text));
+    if text.chars().count() >= chars.max(0) as usize {
         s.push_str(&format!(
             "<p class=\"note\">Only the first {} characters are shown.</p>",
             int(i64::from(chars))
@@ -743,7 +809,8 @@ fn job_body(f: &Frame<'_>, full: bool, r: &Row, q: &ShowQuery, chars: i32) -> St
     s
 }
 
-fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str, held: bool) -> String {
+/// The buttons of a job's page; `held` is why a queued job is held, if it is.
+fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str, held: Option<&str>) -> String {
     if !full {
         return "<p class=\"note\">Read-only access: no actions.</p>".to_owned();
     }
@@ -774,11 +841,16 @@ fn actions(f: &Frame<'_>, full: bool, id: i64, status: &str, held: bool) -> Stri
     if status == "running" {
         s.push_str("<p class=\"note\">A running job can be cancelled; it keeps its lease until its worker stops.</p>");
     }
-    if held {
-        s.push_str(
+    match held {
+        Some("after") => s.push_str(
+            "<p class=\"note\">A waiting job runs when the jobs it depends on are done: retrying \
+             it moves its run time, not that.</p>",
+        ),
+        Some(_) => s.push_str(
             "<p class=\"note\">A held job runs when its turn in its sequence comes: retrying it \
              moves its run time, not its turn.</p>",
-        );
+        ),
+        None => {}
     }
     s.push_str("</div>");
     s

@@ -5,9 +5,10 @@
 //! oldest ready job's age, running jobs against the concurrency limit; for limited queues
 //! their limits, why their jobs wait, the keys at their per-key limit and the sequences with
 //! held jobs), the job list (filtered by state, held jobs included, queue and kind, paginated
-//! by id), one job (payload, attempts, times, key and sequence, last error, lease), and the
-//! database's health (dead rows and vacuum times of the jobs table, sessions holding back
-//! vacuum, the notification queue).
+//! by id), one job (payload, output, attempts, times, key and sequence, last error, lease; for
+//! a job of a workflow, the jobs it waits for and those that wait for it, and a graph of its
+//! workflow drawn on the server as inline SVG), and the database's health (dead rows and
+//! vacuum times of the jobs table, sessions holding back vacuum, the notification queue).
 //! Actions: retry, cancel and delete, for one job or, after a confirm page, for the jobs a
 //! filter selects. Pages refresh themselves every 2 s while the browser tab is visible.
 //!
@@ -61,6 +62,7 @@ mod health;
 mod html;
 mod jobs;
 mod queues;
+mod workflow;
 
 use std::sync::Arc;
 use std::time::Duration;

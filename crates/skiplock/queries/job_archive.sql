@@ -15,9 +15,9 @@ WITH doomed AS MATERIALIZED (
 ), archived AS (
   INSERT INTO {schema}.jobs_archive
     (id, queue, payload, status, run_at, attempts, max_attempts, locked_until, last_error,
-     created_at, kind, priority, finished_at, schedule)
+     created_at, kind, priority, finished_at, schedule, output, after)
   SELECT id, queue, payload, status, run_at, attempts, max_attempts, locked_until, last_error,
-         created_at, kind, priority, finished_at, schedule
+         created_at, kind, priority, finished_at, schedule, output, after
   FROM moved
   RETURNING 1
 )

@@ -3,13 +3,15 @@
 -- fencing token, the lease, the unique key given up as the job starts), but neither the
 -- job's run_at nor a pause of its queue holds it back: a test runs the job it names, now.
 -- SKIP LOCKED: a row another session holds is not waited for; nothing is claimed. A held
--- job (waiting for its turn in a sequence) is run too, and is no longer held.
+-- job (waiting for its turn in a sequence) is run too, and is no longer held; a job waiting
+-- for other jobs (`held = 'after'`) is not: running it would break the order it was given.
 WITH next AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
   WHERE id = $1
     AND status = 'queued'
     AND attempts < max_attempts
+    AND held IS DISTINCT FROM 'after'
   FOR UPDATE SKIP LOCKED
 )
 UPDATE {schema}.jobs j

@@ -2,8 +2,8 @@
 -- Client::complete / Client::fail with a batch of one.
 --
 -- $1 ids, $2 the attempts each claim returned, $3 outcomes, $4 error messages, $5 requeue
--- delays (microseconds), $6 backoff bases and $7 backoff caps (microseconds); one array
--- element per job. Outcomes (the words of the Rust `Outcome` type's `sql_name`):
+-- delays (microseconds), $6 backoff bases and $7 backoff caps (microseconds), $8 outputs
+-- (JSON text, NULL for none; written with a completion only); one array element per job. Outcomes (the words of the Rust `Outcome` type's `sql_name`):
 --   complete   the job succeeded                   -> done
 --   retry      a retryable error                   -> queued after least(cap, base * 2^attempts),
 --                                                     or failed once attempts >= max_attempts
@@ -22,6 +22,10 @@
 --                                                     raised by one as for a snooze, and the
 --                                                     error kept, so that a worker that
 --                                                     handles the kind runs it
+--
+-- A job that other jobs wait for (migration 13) makes them ready, or ends them failed, in
+-- this statement: the jobs table's triggers do it for rows whose has_children is set, so
+-- a plain batch runs no trigger function and pays nothing for workflows.
 --
 -- Returns one row per input element: n (its 1-based position), result, and for a written
 -- row its new status, run_at and the retry delay from now() in microseconds. result is
@@ -52,8 +56,9 @@
 -- the guard (left out only by the test-only negative control).
 WITH o AS MATERIALIZED (
   SELECT *
-  FROM unnest($1::int8[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[])
-       WITH ORDINALITY AS o(id, attempt, outcome, error, delay_us, base_us, cap_us, n)
+  FROM unnest($1::int8[], $2::int4[], $3::text[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
+              $8::text[])
+       WITH ORDINALITY AS o(id, attempt, outcome, error, delay_us, base_us, cap_us, output, n)
   ORDER BY id, n
 ), c AS MATERIALIZED (
   SELECT o.*,
@@ -105,7 +110,8 @@ WITH o AS MATERIALIZED (
                      END,
       locked_until = NULL,
       last_error   = CASE WHEN c.outcome IN ('retry', 'discard', 'unserved') THEN c.error
-                          ELSE j.last_error END
+                          ELSE j.last_error END,
+      output       = CASE WHEN c.outcome = 'complete' THEN c.output::jsonb ELSE j.output END
   FROM c
   WHERE c.verdict = 'write'
     AND j.id = c.id

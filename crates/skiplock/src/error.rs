@@ -127,6 +127,17 @@ pub enum Error {
     #[error("could not enqueue jobs: the duplicates of their unique keys kept finishing")]
     UniqueChurn,
 
+    /// [`JobContext::complete_tx`](crate::JobContext::complete_tx) found the job no longer
+    /// this attempt's (its lease expired and another attempt started, or it was cancelled):
+    /// nothing was written. Roll the transaction back, so that its writes go with it.
+    #[error("job {id} is no longer this attempt's ({attempt}): roll its transaction back")]
+    LeaseLost {
+        /// The job.
+        id: crate::JobId,
+        /// The attempt that tried to complete it.
+        attempt: i32,
+    },
+
     /// One of a worker's own tasks (a queue's claim loop, the outcome writer, a background
     /// service) panicked; the worker shut down (its jobs handed back, their outcomes
     /// written) instead of serving on without it. The message names the task.

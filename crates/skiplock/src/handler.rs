@@ -175,6 +175,17 @@ pub struct JobContext {
     pub claimed_at: SystemTime,
     pub(crate) cancel: CancellationToken,
     pub(crate) client: Client,
+    pub(crate) slot: Arc<std::sync::Mutex<AttemptSlot>>,
+}
+
+/// What a handler left for the worker besides its result.
+#[derive(Debug, Default)]
+pub(crate) struct AttemptSlot {
+    /// The output to store with the completion (JSON text).
+    pub output: Option<String>,
+    /// Whether [`JobContext::complete_tx`] completed the job in a transaction of the
+    /// handler's (which may or may not have committed).
+    pub completed_in_tx: bool,
 }
 
 impl JobContext {
@@ -202,6 +213,94 @@ impl JobContext {
     /// The queue's client (for enqueueing follow-up jobs, or the pool).
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Sets the job's output: `value` serialized as JSON, stored with the job's completion
+    /// in the same guarded statement (no extra round trip) if this attempt succeeds, and
+    /// readable afterwards with [`Client::get`] ([`JobRow::output`](crate::JobRow::output)),
+    /// `skiplock show`, the dashboard, and by the jobs that wait for this one
+    /// ([`JobContext::parent_outputs`]). A later call replaces it. Refused (and nothing set)
+    /// past the client's [`max_output_bytes`](crate::ClientBuilder::max_output_bytes)
+    /// (1 MiB by default): return the error with `?` and the attempt fails with that message.
+    pub fn set_output<T: Serialize + ?Sized>(&self, value: &T) -> Result<()> {
+        let json = serde_json::to_string(value)
+            .map_err(|e| Error::invalid("output", format!("it could not be serialized: {e}")))?;
+        input::output(&json, self.client.max_output_bytes())?;
+        if let Ok(mut slot) = self.slot.lock() {
+            slot.output = Some(json);
+        }
+        Ok(())
+    }
+
+    /// The outputs of the jobs this job waits for ([`NewJob::after`], [`Workflow`](crate::Workflow)),
+    /// by id: JSON `null` for a parent that stored none. Empty for a job that waits for none.
+    /// One query.
+    pub async fn parent_outputs(
+        &self,
+    ) -> Result<std::collections::BTreeMap<JobId, serde_json::Value>> {
+        let conn = self
+            .client
+            .conn("read the outputs of a job's parents")
+            .await?;
+        let rows = self
+            .client
+            .store()
+            .job_parent_outputs(&**conn, self.id)
+            .await?;
+        rows.into_iter()
+            .map(|(id, out)| {
+                let v = match out {
+                    Some(text) => serde_json::from_str(&text).map_err(|e| Error::Decode {
+                        op: "read the outputs of a job's parents",
+                        detail: format!("job {id}'s output: {e}"),
+                    })?,
+                    None => serde_json::Value::Null,
+                };
+                Ok((id, v))
+            })
+            .collect()
+    }
+
+    /// Completes the job inside the caller's transaction (or connection), with the output
+    /// set by [`JobContext::set_output`], guarded by this attempt like every outcome write:
+    /// the job is done if and only if that transaction commits, so the handler's own writes
+    /// in it and the completion take effect together, exactly once.
+    ///
+    /// [`Error::LeaseLost`] means the job is no longer this attempt's (its lease expired and
+    /// another attempt started, or it was cancelled): nothing was written; return the error
+    /// so that the transaction is dropped (rolled back) with the writes in it.
+    ///
+    /// Works with tokio-postgres, deadpool-postgres and sqlx transactions (see
+    /// [`Executor`](crate::Executor)); the transaction must be on the database the queue is
+    /// in. After it, the handler's result no longer decides the outcome: if the transaction
+    /// committed the job is done; if it rolled back, the worker records the attempt as failed
+    /// (retried) — whatever the handler returns.
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: skiplock::JobContext, pool: sqlx::PgPool) -> Result<(), skiplock::JobError> {
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO invoices (order_id) VALUES ($1)").bind(7_i64).execute(&mut *tx).await?;
+    /// ctx.complete_tx(&mut *tx).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn complete_tx<'c>(&self, conn: impl crate::Executor<'c>) -> Result<()> {
+        let output = self.slot.lock().ok().and_then(|s| s.output.clone());
+        let written = self
+            .client
+            .store()
+            .job_complete_tx(conn.into_conn(), self.id, self.attempt, output.as_deref())
+            .await?;
+        if !written {
+            return Err(Error::LeaseLost {
+                id: self.id,
+                attempt: self.attempt,
+            });
+        }
+        if let Ok(mut slot) = self.slot.lock() {
+            slot.completed_in_tx = true;
+        }
+        Ok(())
     }
 }
 

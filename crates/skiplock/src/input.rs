@@ -14,6 +14,10 @@ pub const MAX_PAYLOAD_DEPTH: usize = 128;
 /// The default cap on one job's payload, in bytes of JSON text.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 
+/// The largest job output accepted by default, in bytes of JSON text (see
+/// [`ClientBuilder::max_output_bytes`](crate::ClientBuilder::max_output_bytes)).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
 /// The largest `max_attempts` a job may be given.
 pub const MAX_ATTEMPTS_LIMIT: i32 = 10_000;
 
@@ -118,6 +122,27 @@ pub fn timestamp_micros(t: SystemTime) -> Result<i64> {
 
 pub(crate) fn micros(what: &'static str, d: Duration) -> Result<i64> {
     i64::try_from(d.as_micros()).map_err(|_| Error::invalid(what, format!("{d:?} is too large")))
+}
+
+/// Checks a job's output: JSON text of at most `max_bytes` bytes that PostgreSQL can store
+/// in `jsonb` (as [`payload`] checks a payload).
+pub fn output(json: &str, max_bytes: usize) -> Result<()> {
+    if json.len() > max_bytes {
+        return Err(Error::invalid(
+            "output",
+            format!(
+                "it is {} bytes; the limit is {max_bytes} (store large results elsewhere and output a reference to them)",
+                json.len()
+            ),
+        ));
+    }
+    scan(json.as_bytes()).map_err(|e| match e {
+        Error::Invalid { reason, .. } => Error::invalid("output", reason),
+        other => other,
+    })?;
+    serde_json::from_str::<serde::de::IgnoredAny>(json)
+        .map_err(|e| Error::invalid("output", format!("it is not valid JSON: {e}")))?;
+    Ok(())
 }
 
 /// Checks a payload given as JSON text: well-formed, at most `max_bytes`, nested at most

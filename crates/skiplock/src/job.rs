@@ -82,6 +82,7 @@ pub struct NewJob {
     pub(crate) unique: Option<crate::unique::rule::Unique>,
     pub(crate) key: Option<String>,
     pub(crate) sequence: Option<String>,
+    pub(crate) after: Vec<JobId>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +116,7 @@ impl NewJob {
             unique: None,
             key: None,
             sequence: None,
+            after: Vec::new(),
         }
     }
 
@@ -165,6 +167,20 @@ impl NewJob {
     /// characters as [`NewJob::key`]. Sequences span queues.
     pub fn sequence(mut self, sequence: impl Into<String>) -> Self {
         self.sequence = Some(sequence.into());
+        self
+    }
+
+    /// Jobs this job waits for (its parents): it becomes ready only once every one of them is
+    /// done, and ends `failed` (with a `last_error` naming it) if one of them fails for good
+    /// or is cancelled or deleted. Calling it again adds to the list. At most 10,000; a job
+    /// with parents cannot also belong to a sequence.
+    ///
+    /// Enqueueing refuses the job (and its whole batch) if a parent does not exist or has
+    /// failed; a parent already done counts as satisfied. Parents are locked while the job
+    /// is inserted, so a parent completing at that moment is never missed. To enqueue jobs
+    /// together with the jobs they wait for, see [`Workflow`](crate::Workflow).
+    pub fn after(mut self, parents: impl IntoIterator<Item = JobId>) -> Self {
+        self.after.extend(parents);
         self
     }
 
@@ -221,9 +237,39 @@ impl NewJob {
             delay_us,
             key: self.key.clone(),
             sequence: self.sequence.clone(),
+            after: self.after_ids()?,
         })
     }
+
+    /// The parents as bound: `None` for none; refused past [`MAX_AFTER`] or with a sequence.
+    fn after_ids(&self) -> Result<Option<Vec<i64>>> {
+        if self.after.is_empty() {
+            return Ok(None);
+        }
+        if self.after.len() > MAX_AFTER {
+            return Err(Error::invalid(
+                "after",
+                format!(
+                    "{} jobs; a job may wait for at most {MAX_AFTER}",
+                    self.after.len()
+                ),
+            ));
+        }
+        if self.sequence.is_some() {
+            return Err(Error::invalid(
+                "after",
+                "the job also has a sequence; a job may wait for other jobs or belong to a sequence, not both",
+            ));
+        }
+        let mut ids: Vec<i64> = self.after.iter().map(|j| j.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(Some(ids))
+    }
 }
+
+/// The most jobs one job may wait for ([`NewJob::after`]).
+pub const MAX_AFTER: usize = 10_000;
 
 /// A validated job, as bound to `job_insert.sql`.
 #[derive(Debug, Clone)]
@@ -237,6 +283,8 @@ pub(crate) struct EncodedJob {
     pub delay_us: i64,
     pub key: Option<String>,
     pub sequence: Option<String>,
+    /// The jobs it waits for, sorted (`None`: none).
+    pub after: Option<Vec<i64>>,
 }
 
 /// Validated jobs as one array per column, as bound to `job_insert_many.sql`.
@@ -251,6 +299,8 @@ pub(crate) struct EncodedBatch {
     pub delay_us: Vec<i64>,
     pub key: Vec<Option<String>>,
     pub sequence: Vec<Option<String>>,
+    /// Each job's parents as the text of an array (`{1,2}`), or `None`.
+    pub after: Vec<Option<String>>,
 }
 
 /// The most payload bytes one batch may carry (PostgreSQL refuses messages over 1 GiB).
@@ -303,6 +353,7 @@ impl EncodedBatch {
             delay_us,
             key,
             sequence,
+            after,
         } = e;
         self.queue.push(queue);
         self.kind.push(kind);
@@ -313,6 +364,10 @@ impl EncodedBatch {
         self.delay_us.push(delay_us);
         self.key.push(key);
         self.sequence.push(sequence);
+        self.after.push(after.map(|ids| {
+            let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+            format!("{{{}}}", list.join(","))
+        }));
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -393,8 +448,60 @@ pub struct JobRow {
     /// `sequence`: its sequence ([`NewJob::sequence`]).
     pub sequence: Option<String>,
     /// `held`: why a queued job is not ready although its time has come: `"sequence"` (it
-    /// waits for its turn in its sequence); `None` otherwise.
+    /// waits for its turn in its sequence), `"after"` (it waits for the jobs in
+    /// [`JobRow::after`] that are not done yet); `None` otherwise. A failed job with
+    /// `held = "after"` failed because a job it waited for did (see `last_error`).
     pub held: Option<String>,
+    /// `output`: what the handler stored with its completion, as JSON text
+    /// ([`JobContext::set_output`](crate::JobContext::set_output)); `None` if nothing.
+    pub output: Option<String>,
+    /// `after`: the jobs this job waits for, sorted ([`NewJob::after`]); empty for none.
+    pub after: Vec<JobId>,
+    /// `waiting`: how many of [`JobRow::after`] are not done yet (`None` for a job that
+    /// waits for none).
+    pub waiting: Option<i32>,
+}
+
+impl JobRow {
+    /// The output deserialized into `T`; `None` if the job stored none.
+    pub fn output_as<T: DeserializeOwned>(
+        &self,
+    ) -> Option<std::result::Result<T, serde_json::Error>> {
+        self.output.as_deref().map(serde_json::from_str)
+    }
+}
+
+/// A job's place in a workflow: the jobs it waits for and the jobs that wait for it
+/// ([`Client::family`](crate::Client::family)).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct JobFamily {
+    /// The jobs it waits for, lowest id first.
+    pub parents: Vec<Relative>,
+    /// The jobs that wait for it, lowest id first (at most the number asked for).
+    pub children: Vec<Relative>,
+    /// How many jobs wait for it in all.
+    pub children_total: i64,
+    /// How many of those still wait for it (it is not done yet).
+    pub children_waiting: i64,
+}
+
+/// A parent or child in a [`JobFamily`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Relative {
+    /// Its id.
+    pub id: JobId,
+    /// Its state; `None` if it was deleted (or pruned) since.
+    pub state: Option<JobState>,
+    /// Its kind (`None` if deleted).
+    pub kind: Option<String>,
+    /// Its queue (`None` if deleted).
+    pub queue: Option<String>,
+    /// Its `held` column (`"after"`: it still waits for a parent).
+    pub held: Option<String>,
+    /// Whether the edge is settled: the parent is done.
+    pub satisfied: bool,
 }
 
 /// The result of a guarded write (complete, extend): whether the job was still this

@@ -65,6 +65,7 @@ pub mod testing;
 mod tls;
 mod unique;
 mod worker;
+mod workflow;
 
 pub use admin::AdminReport;
 pub use caller_tx::{Conn, Executor};
@@ -78,8 +79,8 @@ pub use db::Statement;
 pub use error::{Error, Result};
 pub use handler::{BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry};
 pub use job::{
-    Backoff, ClaimedJob, FailOutcome, JobId, JobRow, JobState, NewJob, ReapedJob, Retry,
-    Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_BATCH_BYTES,
+    Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, ReapedJob,
+    Relative, Retry, Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER, MAX_BATCH_BYTES,
 };
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
@@ -95,6 +96,7 @@ pub use unique::{
 #[doc(hidden)]
 pub use worker::{JobEnd, WorkerEvent};
 pub use worker::{RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig};
+pub use workflow::{Step, Workflow, MAX_WORKFLOW_JOBS};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.
 pub mod reexports {

@@ -84,6 +84,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "key_walk",
         sql: include_str!("../migrations/0012_key_walk.sql"),
     },
+    Migration {
+        version: 13,
+        name: "workflows",
+        sql: include_str!("../migrations/0013_workflows.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

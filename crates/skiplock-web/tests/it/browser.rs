@@ -1,6 +1,7 @@
 //! The dashboard in a real headless browser (Chromium through chromedriver): every page
 //! loads, the buttons change the database, the page polls while visible and stops while
-//! hidden, and flow control shows (a limited queue above a lowered limit, a held job).
+//! hidden, and flow control shows (a limited queue above a lowered limit, a held job); a
+//! workflow's graph draws, in its states' colours, and its nodes lead to their jobs.
 //! Screenshots of each page go to `target/web-screenshots/`.
 //!
 //! Without `chromium` and `chromedriver` on the PATH the test says so loudly and passes,
@@ -40,8 +41,8 @@ pub fn screenshot_dir() -> PathBuf {
         .join("web-screenshots")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_in_a_headless_browser() {
+/// chromedriver and chromium, or `None` (after saying so) when the test is to be skipped.
+fn browser_binaries() -> Option<(PathBuf, PathBuf)> {
     let (Some(driver), Some(chromium)) = (
         which(&["chromedriver"]),
         which(&["chromium", "chromium-browser", "google-chrome"]),
@@ -52,6 +53,87 @@ async fn the_dashboard_in_a_headless_browser() {
             panic!("{msg}; {REQUIRE_ENV}=1 makes this a failure");
         }
         eprintln!("\n!!!!!!!!!! SKIPPED: {msg} !!!!!!!!!!\n");
+        return None;
+    };
+    Some((driver, chromium))
+}
+
+/// The router served on a local port, chromedriver, and a headless Chromium session on it.
+struct Session {
+    browser: Browser,
+    base: String,
+    chromedriver: tokio::process::Child,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    profile: PathBuf,
+}
+
+impl Session {
+    /// Serves `app` and starts the browser; `name` keeps its profile apart from other tests'.
+    async fn start(app: axum::Router, name: &str, driver: &Path, chromium: &Path) -> Session {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let chromedriver = tokio::process::Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < deadline, "chromedriver did not listen");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let profile =
+            std::env::temp_dir().join(format!("skiplock-web-chrome-{}-{name}", std::process::id()));
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".to_owned(),
+            serde_json::json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--hide-scrollbars", "--window-size=1280,800",
+                         format!("--user-data-dir={}", profile.display())],
+            }),
+        );
+        let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("a chromedriver session");
+        Session {
+            browser,
+            base,
+            chromedriver,
+            server,
+            profile,
+        }
+    }
+
+    /// Closes everything, then fails the test with `outcome`'s error, if any.
+    async fn finish(mut self, outcome: anyhow::Result<()>) {
+        let _ = self.browser.close().await;
+        let _ = self.chromedriver.kill().await;
+        self.server.abort();
+        let _ = std::fs::remove_dir_all(&self.profile);
+        if let Err(e) = outcome {
+            panic!("{e:#}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_headless_browser() {
+    let Some((driver, chromium)) = browser_binaries() else {
         return;
     };
 
@@ -86,54 +168,168 @@ async fn the_dashboard_in_a_headless_browser() {
                 req
             }
         }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let s = Session::start(app, "pages", &driver, &chromium).await;
+    let outcome = drive(&s.browser, &b, &s.base, &polls, failed, queued, done).await;
+    s.finish(outcome).await;
+}
 
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
+/// A workflow's job page: the graph draws one node per job in its state's colour, the
+/// current job ringed, and a node leads to its job's page. Screenshots: the whole page
+/// (`job-workflow.png`) and the graph alone (`job-workflow-graph.png`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_graph_in_a_headless_browser() {
+    let Some((driver, chromium)) = browser_binaries() else {
+        return;
     };
-    let mut chromedriver = tokio::process::Command::new(&driver)
-        .arg(format!("--port={port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start chromedriver");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+    let b = setup().await;
+    let ids = media_workflow(&b).await;
+    let s = Session::start(b.router(), "workflow", &driver, &chromium).await;
+    let outcome = drive_workflow(&s.browser, &s.base, &ids).await;
+    s.finish(outcome).await;
+}
+
+/// A media pipeline in every state: fetch (done, with an output) feeds resize (done),
+/// thumbnail (running), scan (failed) and audit (cancelled); publish waits for resize and
+/// thumbnail, notify for publish and fetch, archive failed with scan. Returns the ids in
+/// that order: fetch, resize, thumbnail, scan, audit, publish, notify, archive.
+async fn media_workflow(b: &Bundle) -> Vec<i64> {
+    let ids = crate::workflow::workflow(
+        b,
+        r#"[{"ref": "fetch", "kind": "fetch", "queue": "media",
+             "payload": {"url": "https://example.com/cat.jpg"}},
+            {"ref": "resize", "kind": "resize", "queue": "media", "after": ["fetch"]},
+            {"ref": "thumbnail", "kind": "thumbnail", "queue": "media", "after": ["fetch"]},
+            {"ref": "scan", "kind": "virus:scan", "queue": "media", "after": ["fetch"]},
+            {"ref": "audit", "kind": "audit.log", "queue": "media", "after": ["fetch"]},
+            {"ref": "publish", "kind": "publish", "queue": "web", "after": ["resize", "thumbnail"]},
+            {"ref": "notify", "kind": "notify_subscribers", "queue": "web",
+             "after": ["publish", "fetch"]},
+            {"ref": "archive", "kind": "archive", "queue": "media", "after": ["scan"]}]"#,
+    )
+    .await;
+    crate::workflow::complete(
+        b,
+        ids[0],
+        Some(r#"{"bytes": 48213, "path": "/tmp/cat.jpg", "type": "image/jpeg"}"#),
+    )
+    .await;
+    crate::workflow::complete(b, ids[1], Some(r#"{"width": 1024, "height": 768}"#)).await;
+    crate::workflow::start(b, ids[2]).await;
+    b.raw
+        .execute(
+            "UPDATE jobs SET status = 'failed', attempts = 5, finished_at = now(), \
+             last_error = 'scanner unreachable' WHERE id = $1",
+            &[&ids[3]],
+        )
         .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "chromedriver did not listen");
+        .unwrap();
+    b.raw
+        .execute(
+            "UPDATE jobs SET status = 'failed', finished_at = now(), last_error = 'cancelled' \
+             WHERE id = $1",
+            &[&ids[4]],
+        )
+        .await
+        .unwrap();
+    ids
+}
+
+async fn drive_workflow(browser: &Browser, base: &str, ids: &[i64]) -> anyhow::Result<()> {
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir)?;
+    let publish = ids[5];
+    browser.set_window_size(1280, 1800).await?;
+    browser.goto(&format!("{base}/jobs/{publish}")).await?;
+    let graph = browser
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("svg.wf"))
+        .await?;
+    let nodes = browser.find_all(Locator::Css("svg.wf a.node")).await?;
+    if nodes.len() != ids.len() {
+        bail!("{} nodes in the graph, not {}", nodes.len(), ids.len());
+    }
+    let edges = browser.find_all(Locator::Css("svg.wf path.edge")).await?;
+    if edges.len() != 9 {
+        bail!("{} edges in the graph, not 9", edges.len());
+    }
+    // The stylesheet colours each state, and rings the current job.
+    for (class, fill) in [
+        ("state-done", "rgb(223, 243, 228)"),
+        ("state-running", "rgb(255, 243, 205)"),
+        ("state-failed", "rgb(253, 226, 225)"),
+        ("state-cancelled", "rgb(236, 238, 242)"),
+        ("state-waiting", "rgb(244, 242, 254)"),
+    ] {
+        let got = browser
+            .execute(
+                "return getComputedStyle(document.querySelector(\
+                 'svg.wf a.node.' + arguments[0] + ' rect.box')).fill;",
+                vec![serde_json::json!(class)],
+            )
+            .await?;
+        if got.as_str() != Some(fill) {
+            bail!("a {class} node is filled {got}, not {fill}");
+        }
+    }
+    browser
+        .find(Locator::Css("svg.wf a.node.current rect.halo"))
+        .await
+        .context("the current job is ringed")?;
+    // Every node is inside the drawing, and no two boxes overlap.
+    let overlap = browser
+        .execute(
+            "const svg = document.querySelector('svg.wf').getBoundingClientRect();\
+             const r = [...document.querySelectorAll('svg.wf rect.box')]\
+                .map(e => e.getBoundingClientRect());\
+             for (const a of r) {\
+               if (a.left < svg.left || a.right > svg.right || a.top < svg.top \
+                   || a.bottom > svg.bottom) return 'outside';\
+               for (const b of r) {\
+                 if (a !== b && a.left < b.right && b.left < a.right && a.top < b.bottom \
+                     && b.top < a.bottom) return 'overlap';\
+               }\
+             }\
+             return 'ok';",
+            vec![],
+        )
+        .await?;
+    if overlap.as_str() != Some("ok") {
+        bail!("the graph's boxes: {overlap}");
+    }
+    std::fs::write(dir.join("job-workflow.png"), browser.screenshot().await?)?;
+    std::fs::write(
+        dir.join("job-workflow-graph.png"),
+        graph.screenshot().await?,
+    )?;
+
+    // A node leads to its job.
+    let fetch = ids[0];
+    browser
+        .find(Locator::Css(&format!("svg.wf a.node[data-id=\"{fetch}\"]")))
+        .await?
+        .click()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let h1 = wait_text(browser, "main h1").await?;
+        if h1 == format!("Job {fetch}") {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("after a click on job {fetch}'s node the page is {h1:?}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let profile = std::env::temp_dir().join(format!("skiplock-web-chrome-{}", std::process::id()));
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".to_owned(),
-        serde_json::json!({
-            "binary": chromium,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--hide-scrollbars", "--window-size=1280,800",
-                     format!("--user-data-dir={}", profile.display())],
-        }),
-    );
-    let browser = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .expect("a chromedriver session");
-
-    let outcome = drive(&browser, &b, &base, &polls, failed, queued, done).await;
-    let _ = browser.close().await;
-    let _ = chromedriver.kill().await;
-    server.abort();
-    let _ = std::fs::remove_dir_all(&profile);
-    if let Err(e) = outcome {
-        panic!("{e:#}");
+    let output = wait_text(browser, "pre.output").await?;
+    if !output.contains("\"type\": \"image/jpeg\"") {
+        bail!("the fetch job's output: {output:?}");
     }
+    std::fs::write(
+        dir.join("job-workflow-root.png"),
+        browser.screenshot().await?,
+    )?;
+    Ok(())
 }
 
 async fn drive(

@@ -13,3 +13,4 @@ mod pages;
 mod pagination;
 mod pgbouncer;
 mod support;
+mod workflow;

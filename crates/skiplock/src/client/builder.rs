@@ -125,6 +125,7 @@ pub struct ClientBuilder {
     pub(super) source: Source,
     pub(super) schema: String,
     pub(super) max_payload_bytes: usize,
+    pub(super) max_output_bytes: usize,
     pub(super) pool_size: usize,
     pub(super) application_name: Option<String>,
     pub(super) server_timeouts: Option<ServerTimeouts>,
@@ -143,6 +144,14 @@ impl ClientBuilder {
     /// The largest payload accepted, in bytes of JSON text (default 1 MiB).
     pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
         self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// The largest job output accepted, in bytes of JSON text (default 1 MiB): what
+    /// [`JobContext::set_output`](crate::JobContext::set_output) and
+    /// [`JobContext::complete_tx`](crate::JobContext::complete_tx) store with a completion.
+    pub fn max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
         self
     }
 
@@ -264,6 +273,7 @@ impl ClientBuilder {
                 schema,
                 pool,
                 max_payload_bytes: self.max_payload_bytes,
+                max_output_bytes: self.max_output_bytes,
                 config,
                 connector,
             }),

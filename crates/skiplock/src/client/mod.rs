@@ -13,7 +13,8 @@ use crate::db::{self, Statement, Store};
 use crate::error::{Error, Result};
 use crate::input;
 use crate::job::{
-    ClaimedJob, EncodedBatch, FailOutcome, JobId, JobRow, JobState, NewJob, Retry, Transition,
+    ClaimedJob, EncodedBatch, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, Retry,
+    Transition,
 };
 use crate::migrate::{self, MigrationReport};
 use crate::outcome::Outcome;
@@ -45,6 +46,7 @@ struct Inner {
     /// Every statement, for this schema and these settings.
     store: Store,
     max_payload_bytes: usize,
+    max_output_bytes: usize,
     /// The connection settings, when known (not for a client built from a pool): workers
     /// open their LISTEN connection with them.
     config: Option<tokio_postgres::Config>,
@@ -70,6 +72,8 @@ const BUSY_GIVE_UP: Duration = Duration::from_secs(10);
 
 fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
     Finish {
+        output: None,
+        in_tx: false,
         kind: String::new(),
         id,
         attempt,
@@ -136,6 +140,7 @@ impl Client {
             source,
             schema: crate::schema::DEFAULT_SCHEMA.to_owned(),
             max_payload_bytes: input::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_output_bytes: input::DEFAULT_MAX_OUTPUT_BYTES,
             pool_size: DEFAULT_POOL_SIZE,
             application_name: None,
             server_timeouts: Some(ServerTimeouts::default()),
@@ -185,6 +190,7 @@ impl Client {
                 schema: i.schema.clone(),
                 store: i.store.clone(),
                 max_payload_bytes: i.max_payload_bytes,
+                max_output_bytes: i.max_output_bytes,
                 config: i.config.clone(),
                 connector: i.connector.clone(),
             }),
@@ -205,6 +211,11 @@ impl Client {
     /// The largest payload accepted, in bytes.
     pub(crate) fn max_payload_bytes(&self) -> usize {
         self.inner.max_payload_bytes
+    }
+
+    /// The largest job output accepted, in bytes.
+    pub(crate) fn max_output_bytes(&self) -> usize {
+        self.inner.max_output_bytes
     }
 
     pub(crate) async fn conn(&self, op: &'static str) -> Result<deadpool_postgres::Object> {
@@ -300,6 +311,36 @@ impl Client {
         let ids = self.store().job_insert_many(conn.into_conn(), &b).await?;
         b.count_enqueued();
         Ok(ids)
+    }
+
+    /// Enqueues a [`Workflow`](crate::Workflow): its jobs and the dependencies among them, in
+    /// one statement and its own transaction. Returns the ids in the order the jobs were
+    /// added. All or nothing: a refused job ([`Error::InvalidBatchItem`] names it), a parent
+    /// that does not exist or has failed, refuse the whole workflow.
+    pub async fn enqueue_workflow(&self, flow: &crate::Workflow) -> Result<Vec<JobId>> {
+        if flow.is_empty() {
+            return Ok(Vec::new());
+        }
+        let json = flow.encode(self.inner.max_payload_bytes)?;
+        let conn = self.conn("enqueue a workflow").await?;
+        self.store()
+            .job_enqueue_workflow((&**conn).into_conn(), &json)
+            .await
+    }
+
+    /// [`Client::enqueue_workflow`] through the caller's connection or transaction.
+    pub async fn enqueue_workflow_tx<'c>(
+        &self,
+        conn: impl Executor<'c>,
+        flow: &crate::Workflow,
+    ) -> Result<Vec<JobId>> {
+        if flow.is_empty() {
+            return Ok(Vec::new());
+        }
+        let json = flow.encode(self.inner.max_payload_bytes)?;
+        self.store()
+            .job_enqueue_workflow(conn.into_conn(), &json)
+            .await
     }
 
     // ---- Lifecycle -----------------------------------------------------------------------
@@ -429,5 +470,13 @@ impl Client {
     pub async fn get(&self, id: JobId) -> Result<Option<JobRow>> {
         let conn = self.conn("read a job").await?;
         self.store().job_get(&**conn, id).await
+    }
+
+    /// The jobs `id` waits for and the jobs that wait for it, each with its state (at most
+    /// `max_children` children listed; [`JobFamily::children_total`] counts them all).
+    pub async fn family(&self, id: JobId, max_children: usize) -> Result<JobFamily> {
+        let conn = self.conn("read a job's parents and children").await?;
+        let max = i64::try_from(max_children).unwrap_or(i64::MAX);
+        self.store().job_family(&**conn, id, max).await
     }
 }

@@ -16,7 +16,9 @@ pub(crate) use super::write::{ascii_escaped, Finish, Verdict, Written};
 use super::write::{extend_many, finish_many, written};
 use super::{job_state, on_conn, rows, Cache, Sql, Store};
 use crate::caller_tx::Conn;
-use crate::job::{ClaimedJob, EncodedBatch, EncodedJob, JobId, JobRow, JobState, ReapedJob};
+use crate::job::{
+    ClaimedJob, EncodedBatch, EncodedJob, JobFamily, JobId, JobRow, JobState, ReapedJob, Relative,
+};
 
 use crate::error::{Error, Result};
 
@@ -40,6 +42,100 @@ impl Store {
             |c| insert_many(c, &self.sql, b),
             sqlx: super::sqlx::insert_many(c, &self.sql, b),
         )
+    }
+
+    /// `job_enqueue_workflow.sql`: enqueues a workflow (the JSON array of
+    /// `enqueue_workflow()`); returns the ids in its order.
+    pub(crate) async fn job_enqueue_workflow(
+        &self,
+        conn: Conn<'_>,
+        json: &str,
+    ) -> Result<Vec<JobId>> {
+        on_conn!(conn, "enqueue a workflow",
+            |c| enqueue_workflow(c, &self.sql, json),
+            sqlx: super::sqlx::enqueue_workflow(c, &self.sql, json),
+        )
+    }
+
+    /// `job_complete_tx.sql`: completes a job in the caller's transaction; false if the guard
+    /// did not hold.
+    pub(crate) async fn job_complete_tx(
+        &self,
+        conn: Conn<'_>,
+        id: JobId,
+        attempt: i32,
+        output: Option<&str>,
+    ) -> Result<bool> {
+        on_conn!(conn, "complete a job in the caller's transaction",
+            |c| complete_tx(c, &self.sql, id, attempt, output),
+            sqlx: super::sqlx::complete_tx(c, &self.sql, id, attempt, output),
+        )
+    }
+
+    /// `job_family.sql` and `job_children_count.sql`: a job's parents and children.
+    pub(crate) async fn job_family<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        id: JobId,
+        max_children: i64,
+    ) -> Result<JobFamily> {
+        const OP: &str = "read a job's parents and children";
+        let rows = c
+            .query_typed(
+                &self.sql.family,
+                &[(&id.0, Type::INT8), (&max_children, Type::INT8)],
+            )
+            .await
+            .map_err(Error::db(OP))?;
+        let counts = c
+            .query_typed_one(&self.sql.children_count, &[(&id.0, Type::INT8)])
+            .await
+            .map_err(Error::db(OP))?;
+        let mut f = JobFamily {
+            parents: Vec::new(),
+            children: Vec::new(),
+            children_total: counts.try_get::<_, i64>("total").map_err(Error::db(OP))?,
+            children_waiting: counts.try_get::<_, i64>("waiting").map_err(Error::db(OP))?,
+        };
+        for r in &rows {
+            let rel: &str = r.try_get("rel").map_err(Error::db(OP))?;
+            let status: Option<String> = r.try_get("status").map_err(Error::db(OP))?;
+            let state = match status {
+                Some(s) => Some(job_state(OP, &s)?),
+                None => None,
+            };
+            let relative = Relative {
+                id: JobId(r.try_get("id").map_err(Error::db(OP))?),
+                state,
+                kind: r.try_get("kind").map_err(Error::db(OP))?,
+                queue: r.try_get("queue").map_err(Error::db(OP))?,
+                held: r.try_get("held").map_err(Error::db(OP))?,
+                satisfied: r.try_get("satisfied").map_err(Error::db(OP))?,
+            };
+            if rel == "parent" {
+                f.parents.push(relative);
+            } else {
+                f.children.push(relative);
+            }
+        }
+        Ok(f)
+    }
+
+    /// `job_parent_outputs.sql`: the outputs of the jobs `id` waits for.
+    pub(crate) async fn job_parent_outputs<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        id: JobId,
+    ) -> Result<Vec<(JobId, Option<String>)>> {
+        const OP: &str = "read the outputs of a job's parents";
+        let rows = c
+            .query_typed(&self.sql.parent_outputs, &[(&id.0, Type::INT8)])
+            .await
+            .map_err(Error::db(OP))?;
+        rows.iter()
+            .map(|r| Ok((JobId(r.try_get("id")?), r.try_get("output")?)))
+            .collect::<Result<Vec<_>, PgError>>()
+            .map_err(Error::db(OP))
     }
 
     /// `job_claim.sql`: claims up to `limit` ready jobs of `queue` on a pooled connection
@@ -257,6 +353,37 @@ impl Store {
     }
 }
 
+async fn enqueue_workflow<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    json: &str,
+) -> Result<Vec<JobId>, PgError> {
+    let rows = c
+        .query_typed(&sql.enqueue_workflow, &[(&json, Type::TEXT)])
+        .await?;
+    rows.iter().map(|r| Ok(JobId(r.try_get("id")?))).collect()
+}
+
+async fn complete_tx<C: GenericClient + Sync>(
+    c: &C,
+    sql: &Sql,
+    id: JobId,
+    attempt: i32,
+    output: Option<&str>,
+) -> Result<bool, PgError> {
+    let row = c
+        .query_typed_opt(
+            &sql.complete_tx,
+            &[
+                (&id.0, Type::INT8),
+                (&attempt, Type::INT4),
+                (&output, Type::TEXT),
+            ],
+        )
+        .await?;
+    Ok(row.is_some())
+}
+
 async fn insert<C: GenericClient + Sync>(
     c: &C,
     sql: &Sql,
@@ -275,6 +402,7 @@ async fn insert<C: GenericClient + Sync>(
                 (&j.delay_us, Type::INT8),
                 (&j.key, Type::TEXT),
                 (&j.sequence, Type::TEXT),
+                (&j.after, Type::INT8_ARRAY),
             ],
         )
         .await?;
@@ -302,6 +430,7 @@ pub(crate) async fn insert_many<C: GenericClient + Sync>(
                 (&b.delay_us, Type::INT8_ARRAY),
                 (&b.key, Type::TEXT_ARRAY),
                 (&b.sequence, Type::TEXT_ARRAY),
+                (&b.after, Type::TEXT_ARRAY),
             ],
         )
         .await?;
@@ -376,6 +505,14 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
         key: r.try_get("key")?,
         sequence: r.try_get("sequence")?,
         held: r.try_get("held")?,
+        output: r.try_get("output")?,
+        after: r
+            .try_get::<_, Option<Vec<i64>>>("after")?
+            .unwrap_or_default()
+            .into_iter()
+            .map(JobId)
+            .collect(),
+        waiting: r.try_get("waiting")?,
     })
 }
 

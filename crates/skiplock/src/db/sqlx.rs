@@ -22,6 +22,7 @@ pub(crate) async fn insert(
         .bind(j.delay_us)
         .bind(&j.key)
         .bind(&j.sequence)
+        .bind(&j.after)
         .fetch_one(c)
         .await?;
     Ok(JobId(id))
@@ -45,9 +46,40 @@ pub(crate) async fn insert_many(
         .bind(&b.delay_us)
         .bind(&b.key)
         .bind(&b.sequence)
+        .bind(&b.after)
         .fetch_all(c)
         .await?;
     Ok(ids.into_iter().map(JobId).collect())
+}
+
+/// [`super::job::enqueue_workflow`] for sqlx.
+pub(crate) async fn enqueue_workflow(
+    c: &mut PgConnection,
+    sql: &Sql,
+    json: &str,
+) -> Result<Vec<JobId>, sqlx::Error> {
+    let rows: Vec<(i32, i64)> = sqlx::query_as(&sql.enqueue_workflow)
+        .bind(json)
+        .fetch_all(c)
+        .await?;
+    Ok(rows.into_iter().map(|(_, id)| JobId(id)).collect())
+}
+
+/// [`super::job::complete_tx`] for sqlx.
+pub(crate) async fn complete_tx(
+    c: &mut PgConnection,
+    sql: &Sql,
+    id: JobId,
+    attempt: i32,
+    output: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let row: Option<i64> = sqlx::query_scalar(&sql.complete_tx)
+        .bind(id.0)
+        .bind(attempt)
+        .bind(output)
+        .fetch_optional(c)
+        .await?;
+    Ok(row.is_some())
 }
 
 /// [`super::job::admin`] for sqlx.

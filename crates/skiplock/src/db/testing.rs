@@ -42,6 +42,9 @@ struct RawRow {
     key: Option<String>,
     sequence: Option<String>,
     held: Option<String>,
+    output: Option<String>,
+    after: Option<Vec<i64>>,
+    waiting: Option<i32>,
 }
 
 impl Store {
@@ -78,6 +81,9 @@ impl Store {
                     key: r.key,
                     sequence: r.sequence,
                     held: r.held,
+                    output: r.output,
+                    after: r.after.unwrap_or_default().into_iter().map(JobId).collect(),
+                    waiting: r.waiting,
                 })
             })
             .collect()
@@ -148,6 +154,9 @@ macro_rules! raw_row {
             key: r.try_get("key")?,
             sequence: r.try_get("sequence")?,
             held: r.try_get("held")?,
+            output: r.try_get("output")?,
+            after: r.try_get("after")?,
+            waiting: r.try_get("waiting")?,
         }
     }};
 }

@@ -49,6 +49,11 @@ pub(crate) struct Finish {
     pub kind: String,
     pub attempt: i32,
     pub outcome: Outcome,
+    /// The output stored with a completion (JSON text, checked).
+    pub output: Option<String>,
+    /// The handler completed the job in its own transaction (`complete_tx`): a refusal
+    /// means that transaction committed, if the row shows the job done at this attempt.
+    pub in_tx: bool,
 }
 
 impl Finish {
@@ -60,6 +65,8 @@ impl Finish {
             kind: String::new(),
             attempt,
             outcome: Outcome::Complete,
+            output: None,
+            in_tx: false,
         }
     }
 }
@@ -124,6 +131,7 @@ pub(super) async fn finish_many<C: GenericClient + Sync>(
     let errors: Vec<&str> = batch.iter().map(|f| f.outcome.error()).collect();
     let delays: Vec<i64> = batch.iter().map(|f| f.outcome.delay_us()).collect();
     let (bases, caps): (Vec<i64>, Vec<i64>) = batch.iter().map(|f| f.outcome.backoff_us()).unzip();
+    let outputs: Vec<Option<&str>> = batch.iter().map(|f| f.output.as_deref()).collect();
     let rows = rows(
         c,
         cache,
@@ -136,6 +144,7 @@ pub(super) async fn finish_many<C: GenericClient + Sync>(
             (&delays, Type::INT8_ARRAY),
             (&bases, Type::INT8_ARRAY),
             (&caps, Type::INT8_ARRAY),
+            (&outputs, Type::TEXT_ARRAY),
         ],
     )
     .await?;

@@ -45,6 +45,12 @@ fn prepare(jobs: &[NewJob], max_payload_bytes: usize) -> Result<Vec<Prepared>> {
             source: Box::new(e),
         };
         let encoded = job.encode_base(max_payload_bytes).map_err(item)?;
+        if job.unique.is_some() && encoded.after.is_some() {
+            return Err(item(Error::invalid(
+                "after",
+                "the job has a uniqueness rule; a unique job cannot wait for other jobs",
+            )));
+        }
         let rule = match &job.unique {
             Some(u) => Some((u.clone(), u.check().map_err(item)?)),
             None => None,

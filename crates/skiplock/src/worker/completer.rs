@@ -237,7 +237,9 @@ async fn write_retrying(
     loop {
         match write(shared, rows).await {
             Ok(mut v) => {
-                if failures > 0 {
+                // A job completed in its handler's own transaction is refused here when that
+                // transaction committed: read back, it counts as done.
+                if failures > 0 || rows.iter().any(|f| f.in_tx) {
                     reread(shared, rows, &mut v).await;
                 }
                 return Ok((v, failures));
@@ -279,13 +281,18 @@ fn account(
                     shared.wake_queue_at(&f.queue, Instant::now() + wait);
                 }
                 let end = match (&f.outcome, w.state) {
-                    (Outcome::Complete, _) => JobEnd::Done,
+                    (Outcome::Complete, _) | (_, JobState::Done) => JobEnd::Done,
                     (_, JobState::Failed) => JobEnd::Failed,
                     (o, _) if o.is_requeue() => JobEnd::Requeued,
                     _ => JobEnd::Retried,
                 };
                 c.ended(f.id, f.attempt, end);
-                crate::metrics::finished(&f.queue, &f.kind, f.outcome.sql_name(), w.state.as_str());
+                let word = if w.state == JobState::Done {
+                    Outcome::Complete.sql_name()
+                } else {
+                    f.outcome.sql_name()
+                };
+                crate::metrics::finished(&f.queue, &f.kind, word, w.state.as_str());
             }
             Verdict::Lost => {
                 c.ended(f.id, f.attempt, JobEnd::Lost);
@@ -369,6 +376,9 @@ async fn reread(shared: &Shared, rows: &[Finish], verdicts: &mut [Verdict<Writte
 fn written_before(f: &Finish, row: &crate::job::JobRow) -> Option<JobState> {
     if row.attempts != f.attempt {
         return None;
+    }
+    if f.in_tx && row.state == JobState::Done {
+        return Some(JobState::Done);
     }
     let own_error = row.last_error.as_deref() == Some(f.outcome.error());
     let ok = match &f.outcome {

@@ -14,7 +14,7 @@ use super::events::JobEnd;
 use super::state::{AttemptKey, RunningJob, Shared};
 use crate::db::job::Finish;
 use crate::error::error_chain;
-use crate::handler::{JobContext, JobError};
+use crate::handler::{AttemptSlot, JobContext, JobError};
 use crate::job::{Backoff, ClaimedJob};
 use crate::outcome::Outcome;
 
@@ -106,6 +106,7 @@ pub(crate) async fn run(
         .as_ref()
         .map_or_else(Backoff::default, |e| e.options.backoff);
     let started = std::time::Instant::now();
+    let slot = Arc::new(std::sync::Mutex::new(AttemptSlot::default()));
     let outcome = async {
         let Some(entry) = entry else {
             let mut kinds = shared.registry.kinds().join(", ");
@@ -138,6 +139,7 @@ pub(crate) async fn run(
                 .unwrap_or(job.locked_until),
             cancel,
             client: shared.app_client.clone(),
+            slot: slot.clone(),
         };
         // `call` itself may panic before it returns a future (a closure that panics before
         // its `async` block, a hand-written handler): caught like a panic in the future.
@@ -165,6 +167,7 @@ pub(crate) async fn run(
                 Some(Err(panic)) => {
                     Outcome::retry(&format!("panicked: {}", panic_message(&*panic)), backoff)
                 }
+                Some(Ok(Ok(()))) if completed_in_tx(&slot) => Outcome::retry(IN_TX_ROLLED_BACK, backoff),
                 Some(Ok(Ok(()))) => Outcome::Complete,
                 Some(Ok(Err(JobError::Retry(e)))) => Outcome::retry(&error_chain(&*e), backoff),
                 Some(Ok(Err(JobError::Permanent(e)))) => Outcome::discard(&error_chain(&*e)),
@@ -184,7 +187,8 @@ pub(crate) async fn run(
     )
     .record(crate::metrics::secs(started.elapsed()));
     let _enter = span.enter();
-    if lost {
+    let in_tx = completed_in_tx(&slot);
+    if lost && !in_tx {
         shared.counters.ended(job.id, job.attempt, JobEnd::Lost);
         crate::metrics::finished(&job.queue, &job.kind, "lost", "none");
         tracing::warn!("lease lost while running: result dropped (the job is no longer ours)");
@@ -206,7 +210,21 @@ pub(crate) async fn run(
             tracing::warn!(after = ?delay, error = %error, "no handler for this kind: back to the queue");
         }
     }
-    send(&shared, &job, outcome);
+    let (output, in_tx) = match slot.lock() {
+        Ok(mut s) => (s.output.take(), s.completed_in_tx),
+        Err(_) => (None, false),
+    };
+    send_with(&shared, &job, outcome, output, in_tx);
+}
+
+/// The error written when a handler completed its job with [`JobContext::complete_tx`] and
+/// returned `Ok`: if that transaction committed, the job is done and this write is refused
+/// by the guard (and counted done); if it rolled back, the attempt failed, and this says why.
+const IN_TX_ROLLED_BACK: &str =
+    "the handler completed this job with complete_tx in a transaction that did not commit";
+
+fn completed_in_tx(slot: &std::sync::Mutex<AttemptSlot>) -> bool {
+    slot.lock().map(|s| s.completed_in_tx).unwrap_or(false)
 }
 
 /// Hands a claimed job that never started back to the queue at once.
@@ -216,11 +234,27 @@ pub(crate) fn hand_back(shared: &Shared, job: &ClaimedJob) {
 }
 
 fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome) {
+    send_with(shared, job, outcome, None, false);
+}
+
+fn send_with(
+    shared: &Shared,
+    job: &ClaimedJob,
+    outcome: Outcome,
+    output: Option<String>,
+    in_tx: bool,
+) {
     let finish = Finish {
         id: job.id,
         queue: job.queue.clone(),
         kind: job.kind.clone(),
         attempt: job.attempt,
+        output: if matches!(outcome, Outcome::Complete) {
+            output
+        } else {
+            None
+        },
+        in_tx,
         outcome,
     };
     if shared.finish_tx.send(finish).is_err() {

@@ -31,7 +31,10 @@ pub(crate) fn channel() -> (Outbox, mpsc::UnboundedReceiver<Finish>) {
 }
 
 impl Outbox {
-    /// Queues an outcome for writing; the job counts as pending until it is written.
+    /// Queues an outcome for writing; the job counts as pending until it is written. (The
+    /// error hands the outcome back, as large as it is: it happens only once the completer
+    /// has stopped.)
+    #[allow(clippy::result_large_err)]
     pub(crate) fn send(&self, f: Finish) -> Result<(), mpsc::error::SendError<Finish>> {
         let key = (f.id, f.attempt);
         self.pending().insert(key);

@@ -25,10 +25,11 @@ pub async fn finish_raw(
     let zeros: Vec<i64> = rows.iter().map(|_| 0).collect();
     let base: Vec<i64> = rows.iter().map(|_| 10_000_000).collect();
     let cap: Vec<i64> = rows.iter().map(|_| 3_600_000_000).collect();
+    let no_outputs: Vec<Option<&str>> = rows.iter().map(|_| None).collect();
     let got = c
         .query(
             b.client.statement(Statement::FinishMany),
-            &[&ids, &attempts, &outcomes, &errors, &zeros, &base, &cap],
+            &[&ids, &attempts, &outcomes, &errors, &zeros, &base, &cap, &no_outputs],
         )
         .await
         .unwrap();
@@ -310,6 +311,7 @@ async fn the_reaper_and_a_concurrent_completion_never_both_win() {
                 &vec![0i64],
                 &vec![0i64],
                 &vec![0i64],
+                &vec![None::<&str>],
             ],
         )
         .await

@@ -96,7 +96,7 @@ fn workers(b: &Bundle, seen: &Shared, n: usize, concurrency: usize) -> Vec<Worke
 }
 
 /// Runs the workers until every job of the schema is finished (or `limit` passes).
-async fn run_all(b: &Bundle, ws: Vec<Worker>, limit: Duration) {
+pub(crate) async fn run_all(b: &Bundle, ws: Vec<Worker>, limit: Duration) {
     let mut stops = Vec::new();
     let mut handles = Vec::new();
     for w in ws {

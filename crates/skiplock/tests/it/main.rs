@@ -27,3 +27,4 @@ mod tls;
 mod unique;
 mod vacuum;
 mod worker;
+mod workflows;

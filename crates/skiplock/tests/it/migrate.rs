@@ -98,7 +98,11 @@ async fn the_schema_has_the_article_table() {
             "schedule",
             "key",
             "sequence",
-            "held"
+            "held",
+            "output",
+            "after",
+            "waiting",
+            "has_children"
         ]
     );
     let idx: String = conn

@@ -110,11 +110,12 @@ async fn outcome_batches_stay_linear_with_stale_statistics() {
         let outcomes = vec!["complete"; batch];
         let errors = vec![""; batch];
         let zeros = vec![0i64; batch];
+        let outputs = vec![None::<&str>; batch];
         assert_linear(
             &mut b,
             "job_finish_many.sql",
             &sql,
-            &[&ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros],
+            &[&ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros, &outputs],
             batch,
         )
         .await;

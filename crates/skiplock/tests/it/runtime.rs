@@ -674,6 +674,7 @@ async fn with_the_poll_off_jobs_made_ready_elsewhere_wake_the_worker() {
                 &vec![0i64],
                 &vec![0i64],
                 &vec![0i64],
+                &vec![None::<&str>],
             ],
         )
         .await

@@ -415,6 +415,7 @@ async fn finish(b: &Bundle, id: JobId, attempt: i32, outcome: &str, delay_us: i6
                 &vec![delay_us],
                 &vec![1_000_000i64],
                 &vec![1_000_000i64],
+                &vec![None::<&str>],
             ],
         )
         .await
