@@ -412,11 +412,11 @@ async fn workflow_refusals_are_one_line_exit_2_and_enqueue_nothing() {
         ),
         (
             "{\"ref\":\"a\"}\n{\"after\":[\"a\",999999]}\n".into(),
-            "line 2: invalid workflow: | job 999999 does not exist".into(),
+            "line 2: invalid after: job 999999 does not exist".into(),
         ),
         (
             format!("{{\"ref\":\"a\"}}\n{{\"after\":[\"a\"]}}\n{{\"after\":[{failed}]}}\n"),
-            format!("line 3: invalid workflow: | job {failed} has failed"),
+            format!("line 3: invalid after: job {failed} has failed"),
         ),
         ("\n\n".into(), "the workflow holds no job lines".into()),
     ];

@@ -350,7 +350,11 @@ async fn reread(shared: &Shared, rows: &[Finish], verdicts: &mut [Verdict<Writte
         match read.await {
             Ok(Some(row)) => {
                 if let Some(state) = written_before(f, &row) {
-                    tracing::info!(id = %f.id, attempt = f.attempt, state = state.as_str(), "outcome found written by an earlier try whose reply was lost");
+                    if f.in_tx {
+                        tracing::debug!(id = %f.id, attempt = f.attempt, "completed in its handler's own transaction");
+                    } else {
+                        tracing::info!(id = %f.id, attempt = f.attempt, state = state.as_str(), "outcome found written by an earlier try whose reply was lost");
+                    }
                     let retry_in_us = row
                         .run_at
                         .duration_since(std::time::SystemTime::now())
