@@ -10,7 +10,9 @@
 //! - [`footprint`]: dead tuples, size, WAL and transactions per job at a steady load, with
 //!   and without a bystander transaction holding back vacuum;
 //! - [`processes`]: several `skiplock work` processes on one queue: total throughput and the
-//!   claim latency beside them.
+//!   claim latency beside them;
+//! - [`workflow_enqueue`] and [`workflow_throughput`]: workflows ([`FlowShape`]) against the
+//!   same number of plain jobs, enqueued in one call, and run through a worker.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,6 +83,29 @@ impl Scratch {
         conn.batch_execute(&self.sql(Statement::BenchVacuum))
             .await
             .map_err(Error::db("vacuum the bench table"))
+    }
+
+    /// The client a worker set up as `setup` runs on: this one, or one of its own on the
+    /// same schema with named prepared statements.
+    fn worker_client(&self, url: &str, setup: &WorkerSetup) -> Result<Client> {
+        Ok(if setup.prepared {
+            Client::builder(url)
+                .schema(self.client.schema().name())
+                .pool_size(4)
+                .application_name("skiplock-bench")
+                .prepared_statements(true)
+                .build()?
+        } else {
+            self.client.clone()
+        })
+    }
+
+    /// Runs one of this crate's statements (without parameters) for the scratch schema.
+    async fn execute(&self, statement: Statement, op: &'static str) -> Result<()> {
+        let conn = conn(&self.client, op).await?;
+        conn.batch_execute(&self.sql(statement))
+            .await
+            .map_err(Error::db(op))
     }
 
     /// One of this crate's statements, for the scratch schema.
@@ -253,16 +278,7 @@ pub async fn throughput(
             .set_queue_limits(QUEUE, l, Some("skiplock-bench"))
             .await?;
     }
-    let client = if setup.prepared {
-        Client::builder(url)
-            .schema(s.client.schema().name())
-            .pool_size(4)
-            .application_name("skiplock-bench")
-            .prepared_statements(true)
-            .build()?
-    } else {
-        s.client.clone()
-    };
+    let client = s.worker_client(url, setup)?;
     let worker = Worker::builder(client, noop_registry())
         .queue(QUEUE, setup.concurrency)
         .config(cfg.clone())
@@ -968,4 +984,352 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
         return 0.0;
     }
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The jobs of the workflow scenario: plain jobs, or one workflow of a given shape. Every job
+/// is a no-op job of the bench queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FlowShape {
+    /// Independent jobs, enqueued with [`Client::enqueue_many`] (10,000 per call): no
+    /// workflow.
+    Plain {
+        /// How many.
+        jobs: usize,
+    },
+    /// One workflow of independent jobs (no edge), through [`Client::enqueue_workflow`].
+    Unlinked {
+        /// How many.
+        jobs: usize,
+    },
+    /// One workflow: a parent, and `children` jobs each after it.
+    FanOut {
+        /// Jobs after the parent.
+        children: usize,
+    },
+    /// One workflow of `chains` chains of `length` jobs, each job after the previous one of
+    /// its chain (added chain after chain).
+    Chains {
+        /// How many chains.
+        chains: usize,
+        /// Jobs in each.
+        length: usize,
+    },
+}
+
+impl FlowShape {
+    /// Jobs in all.
+    pub fn jobs(self) -> usize {
+        match self {
+            FlowShape::Plain { jobs } | FlowShape::Unlinked { jobs } => jobs,
+            FlowShape::FanOut { children } => children + 1,
+            FlowShape::Chains { chains, length } => chains * length,
+        }
+    }
+
+    /// The most jobs that must run one after the other (the longest path): 1 for independent
+    /// jobs, 2 for a fan-out, a chain's length.
+    pub fn links(self) -> usize {
+        match self {
+            FlowShape::Plain { .. } | FlowShape::Unlinked { .. } => 1,
+            FlowShape::FanOut { children } => 1 + usize::from(children > 0),
+            FlowShape::Chains { length, .. } => length,
+        }
+    }
+
+    /// A short name for machine-readable output: `plain`, `no-edges`, `fan-out`, `chains`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlowShape::Plain { .. } => "plain",
+            FlowShape::Unlinked { .. } => "no-edges",
+            FlowShape::FanOut { .. } => "fan-out",
+            FlowShape::Chains { .. } => "chains",
+        }
+    }
+
+    /// The client call that enqueues it: `enqueue_many` or `enqueue_workflow`.
+    pub fn call(self) -> &'static str {
+        match self {
+            FlowShape::Plain { .. } => "enqueue_many",
+            _ => "enqueue_workflow",
+        }
+    }
+
+    /// What it is, in words (`fan-out: 1 parent, 9999 children`).
+    pub fn describe(self) -> String {
+        match self {
+            FlowShape::Plain { jobs } => format!("{jobs} plain jobs"),
+            FlowShape::Unlinked { jobs } => format!("workflow of {jobs} jobs, no edges"),
+            FlowShape::FanOut { children } => format!("fan-out: 1 parent, {children} children"),
+            FlowShape::Chains { chains: 1, length } => format!("chain of {length}"),
+            FlowShape::Chains { chains, length } => format!("{chains} chains of {length}"),
+        }
+    }
+
+    /// Its jobs, built (outside any timing); with `keys` > 0, spread evenly over that many
+    /// keys, as [`WorkerSetup::keys`].
+    fn build(self, keys: usize) -> Result<Built> {
+        let job = |i: usize| {
+            let j = NewJob::from_json("noop", "{}").queue(QUEUE);
+            if keys > 0 {
+                j.key(format!("k{}", i % keys))
+            } else {
+                j
+            }
+        };
+        if self.jobs() == 0 {
+            return Err(Error::invalid("workflow shape", "it has no job"));
+        }
+        if !matches!(self, FlowShape::Plain { .. }) && self.jobs() > skiplock::MAX_WORKFLOW_JOBS {
+            return Err(Error::invalid(
+                "workflow shape",
+                format!(
+                    "{} jobs; one workflow holds at most {}",
+                    self.jobs(),
+                    skiplock::MAX_WORKFLOW_JOBS
+                ),
+            ));
+        }
+        let mut flow = skiplock::Workflow::new();
+        match self {
+            FlowShape::Plain { jobs } => return Ok(Built::Plain((0..jobs).map(job).collect())),
+            FlowShape::Unlinked { jobs } => {
+                for i in 0..jobs {
+                    flow.add(job(i));
+                }
+            }
+            FlowShape::FanOut { children } => {
+                let parent = flow.add(job(0));
+                for i in 1..=children {
+                    flow.add_after(job(i), &[parent]);
+                }
+            }
+            FlowShape::Chains { chains, length } => {
+                for c in 0..chains {
+                    let mut prev: Option<skiplock::Step> = None;
+                    for k in 0..length {
+                        let j = job(c * length + k);
+                        prev = Some(match prev {
+                            None => flow.add(j),
+                            Some(p) => flow.add_after(j, &[p]),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Built::Flow(flow))
+    }
+}
+
+/// A shape's jobs, ready to enqueue.
+enum Built {
+    Plain(Vec<NewJob>),
+    Flow(skiplock::Workflow),
+}
+
+impl Built {
+    /// Enqueues them: one `enqueue_workflow` call, or `enqueue_many` calls of up to 10,000.
+    async fn enqueue(&self, client: &Client) -> Result<usize> {
+        Ok(match self {
+            Built::Plain(jobs) => {
+                let mut n = 0;
+                for chunk in jobs.chunks(10_000) {
+                    n += client.enqueue_many(chunk).await?.len();
+                }
+                n
+            }
+            Built::Flow(flow) => client.enqueue_workflow(flow).await?.len(),
+        })
+    }
+}
+
+/// One shape of the workflow scenario's enqueue part.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FlowEnqueuePoint {
+    /// What was enqueued.
+    pub shape: FlowShape,
+    /// How long each call took, milliseconds, in the order they ran.
+    pub runs_ms: Vec<f64>,
+    /// The fastest of them.
+    pub best_ms: f64,
+    /// Jobs per second of the fastest.
+    pub jobs_per_s: f64,
+}
+
+/// Each shape of `shapes` enqueued in one call (plain jobs: [`Client::enqueue_many`], the
+/// others one [`Client::enqueue_workflow`]), `rounds` times, the shapes taking turns (so
+/// that a drift of the machine hits them alike), the jobs and edges tables emptied
+/// (`TRUNCATE`) before each call. The jobs are built beforehand; the call's time includes
+/// its own encoding (the workflow's JSON, the batch's arrays).
+pub async fn workflow_enqueue(
+    url: &str,
+    base: &str,
+    shapes: &[FlowShape],
+    rounds: usize,
+) -> Result<Vec<FlowEnqueuePoint>> {
+    const OP: &str = "empty the bench tables";
+    let built = shapes
+        .iter()
+        .map(|s| s.build(0))
+        .collect::<Result<Vec<_>>>()?;
+    let s = Scratch::new(url, base, "flowenq", 2).await?;
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+    let measured = async {
+        for _ in 0..rounds.max(1) {
+            for (i, b) in built.iter().enumerate() {
+                s.execute(Statement::BenchTruncate, OP).await?;
+                let started = Instant::now();
+                let n = b.enqueue(&s.client).await?;
+                runs[i].push(started.elapsed().as_secs_f64() * 1000.0);
+                if n != shapes[i].jobs() {
+                    return Err(Error::Incomplete {
+                        what: format!(
+                            "{}: {n} ids back for {} jobs",
+                            shapes[i].describe(),
+                            shapes[i].jobs()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    s.drop_now().await?;
+    measured?;
+    Ok(shapes
+        .iter()
+        .zip(runs)
+        .map(|(shape, runs_ms)| {
+            let best_ms = runs_ms.iter().copied().fold(f64::INFINITY, f64::min);
+            FlowEnqueuePoint {
+                shape: *shape,
+                jobs_per_s: shape.jobs() as f64 / (best_ms / 1000.0).max(1e-9),
+                best_ms,
+                runs_ms,
+            }
+        })
+        .collect())
+}
+
+/// One workflow throughput run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FlowThroughputPoint {
+    /// What ran.
+    pub shape: FlowShape,
+    /// The worker's setup.
+    pub setup: WorkerSetup,
+    /// From the worker's start to the last outcome written, seconds.
+    pub seconds: f64,
+    /// Jobs per second over that time.
+    pub jobs_per_s: f64,
+    /// The time over [`FlowShape::links`]: for a chain, the mean time from one job's start
+    /// to the next one's (its outcome written, the next job released and woken for,
+    /// claimed, run), milliseconds.
+    pub ms_per_link: f64,
+}
+
+/// A worker makes no progress for this long: the run has failed.
+const FLOW_STALL: Duration = Duration::from_secs(60);
+
+/// The jobs of `shape`, enqueued (and the table vacuumed and analyzed) beforehand, through
+/// one worker set up as `setup` ([`Worker::run`], serving, so that jobs released by their
+/// parents' outcomes are woken for by their notifications as in production): the time from
+/// the worker's start until its count of jobs done (counted as their outcomes are written)
+/// reaches the shape's jobs. Any job that does not end done fails the run.
+pub async fn workflow_throughput(
+    url: &str,
+    base: &str,
+    shape: FlowShape,
+    setup: &WorkerSetup,
+) -> Result<FlowThroughputPoint> {
+    let jobs = shape.jobs();
+    let built = shape.build(setup.keys)?;
+    let s = Scratch::new(url, base, "flow", 4).await?;
+    let measured = async {
+        if setup.frozen_statistics {
+            s.freeze_statistics().await?;
+        }
+        let n = built.enqueue(&s.client).await?;
+        if n != jobs {
+            return Err(Error::Incomplete {
+                what: format!("{}: {n} ids back for {jobs} jobs", shape.describe()),
+            });
+        }
+        drop(built);
+        s.vacuum().await?;
+        if let Some(l) = setup.limits {
+            s.client
+                .set_queue_limits(QUEUE, l, Some("skiplock-bench"))
+                .await?;
+        }
+        let worker = Worker::builder(s.worker_client(url, setup)?, noop_registry())
+            .queue(QUEUE, setup.concurrency)
+            .config(setup.config())
+            .build()?;
+        let stats = worker.stats_handle();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let started = Instant::now();
+        let handle = tokio::spawn(worker.run(async {
+            let _ = stopped.await;
+        }));
+        let waited = wait_done(&stats, jobs, &handle, &shape).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let _ = stop.send(());
+        let ran = handle.await.map_err(Error::task("the worker"));
+        waited?;
+        ran??;
+        Ok(seconds)
+    }
+    .await;
+    s.drop_now().await?;
+    let seconds = measured?;
+    Ok(FlowThroughputPoint {
+        shape,
+        setup: setup.clone(),
+        seconds,
+        jobs_per_s: jobs as f64 / seconds.max(1e-9),
+        ms_per_link: seconds * 1000.0 / shape.links().max(1) as f64,
+    })
+}
+
+/// Waits until the worker has written `jobs` outcomes `done` (looking every millisecond);
+/// fails if any attempt ended otherwise, if the worker stopped, or if nothing ended for
+/// [`FLOW_STALL`].
+async fn wait_done<T>(
+    stats: &skiplock::StatsHandle,
+    jobs: usize,
+    worker: &tokio::task::JoinHandle<T>,
+    shape: &FlowShape,
+) -> Result<()> {
+    let mut last = (0u64, Instant::now());
+    loop {
+        let st = stats.snapshot();
+        if st.done >= jobs as u64 {
+            return Ok(());
+        }
+        let stuck = last.1.elapsed() >= FLOW_STALL;
+        if st.retried + st.failed + st.requeued + st.lost > 0 || worker.is_finished() || stuck {
+            return Err(Error::Incomplete {
+                what: format!(
+                    "{}: {} of {jobs} jobs done{} ({st:?})",
+                    shape.describe(),
+                    st.done,
+                    if stuck {
+                        format!(", none for {} s", FLOW_STALL.as_secs())
+                    } else if worker.is_finished() {
+                        ", and the worker stopped".to_owned()
+                    } else {
+                        String::new()
+                    }
+                ),
+            });
+        }
+        if st.done != last.0 {
+            last = (st.done, Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }

@@ -38,6 +38,13 @@ pub enum Error {
         source: tokio::task::JoinError,
     },
 
+    /// A run did not do what it set out to (jobs not done, or not all enqueued).
+    #[error("the run did not finish: {what}")]
+    Incomplete {
+        /// What was missing.
+        what: String,
+    },
+
     /// A worker process of the scenario could not be started, or did not end well.
     #[error("{what}")]
     Process {

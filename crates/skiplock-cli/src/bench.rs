@@ -32,6 +32,10 @@ pub enum Scenario {
     /// limit of 2 over 1,000 keys, against the same runs without limits and the raw-SQL
     /// ceiling, in one sitting.
     Limits,
+    /// Workflows: 10,000 jobs enqueued as a fan-out, without edges and as a chain against
+    /// `enqueue_many`, and a worker through a fan-out and chains against plain jobs (jobs/s,
+    /// and the time per link of a chain).
+    Workflow,
     /// Everything (see `bench all`'s first line for how long it takes).
     All,
 }
@@ -41,12 +45,13 @@ pub struct Args {
     /// Which scenario.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Jobs per throughput run (default 50,000) and the enqueue scenario's batch total
-    /// (default 100,000).
+    /// Jobs per throughput run (default 50,000), the enqueue scenario's batch total (default
+    /// 100,000), and the workflow scenario's jobs per shape (default 10,000; its chains are
+    /// 100 of a hundredth of that, and one of a tenth).
     #[arg(long)]
     jobs: Option<usize>,
     /// Queue concurrency for one throughput point (against the ceiling sweep); default: a
-    /// sweep of points.
+    /// sweep of points. The workflow scenario's worker: default 100.
     #[arg(long)]
     concurrency: Option<usize>,
     /// Jobs per claim for the --concurrency point (default: the worker's default).
@@ -93,7 +98,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if all && !args.json {
         errln!(
-            "skiplock bench all: expect about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {}, limits {})",
+            "skiplock bench all: expect about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {}, limits {}, workflow {})",
             if q { "1 minute" } else { "15 minutes" },
             if q { "20 s" } else { "2 min" },
             if q { "4 s" } else { "1 min" },
@@ -101,6 +106,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             if q { "6 s" } else { "6 min" },
             if q { "10 s" } else { "1 min" },
             if q { "10 s" } else { "3 min" },
+            if q { "5 s" } else { "30 s" },
         );
     }
     let mut md = String::new();
@@ -137,6 +143,11 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     if want(Scenario::Limits) {
         let jobs = args.jobs.unwrap_or(if q { 2_000 } else { 50_000 });
         limits(&url, base, &args, jobs, &mut md, &mut targets).await?;
+    }
+
+    if want(Scenario::Workflow) {
+        let jobs = args.jobs.unwrap_or(if q { 500 } else { 10_000 });
+        workflow(&url, base, &args, jobs, &mut md).await?;
     }
 
     if args.markdown {
@@ -581,6 +592,173 @@ Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keye
         &format!("Flow control ({jobs} no-op jobs per run)"),
         &t,
     );
+    Ok(())
+}
+
+/// Workflows against plain jobs: enqueueing `jobs` jobs in one call as plain jobs, as a
+/// workflow without edges, as a fan-out and as one chain (the best of 3 each); then a
+/// worker through `jobs` plain jobs, a fan-out of as many, 100 chains (10 with --quick) and
+/// one chain of a tenth of them, each 3 times (once with --quick), interleaved: the median
+/// jobs/s of each against the plain jobs', and the time per link of the chains.
+async fn workflow(
+    url: &str,
+    base: &str,
+    args: &Args,
+    jobs: usize,
+    md: &mut String,
+) -> anyhow::Result<()> {
+    use bench::FlowShape as F;
+    let q = args.quick;
+    let chains = if q { 10 } else { 100 };
+    if jobs < chains.max(10) {
+        return Err(usage(format!(
+            "--jobs must be at least {} for the workflow scenario",
+            chains.max(10)
+        )));
+    }
+    if jobs > skiplock::MAX_WORKFLOW_JOBS {
+        return Err(usage(format!(
+            "--jobs must be at most {} for the workflow scenario (one workflow's limit)",
+            skiplock::MAX_WORKFLOW_JOBS
+        )));
+    }
+    let plain = F::Plain { jobs };
+    let fan_out = F::FanOut { children: jobs - 1 };
+    let enqueued = bench::workflow_enqueue(
+        url,
+        base,
+        &[
+            plain,
+            F::Unlinked { jobs },
+            fan_out,
+            F::Chains {
+                chains: 1,
+                length: jobs,
+            },
+        ],
+        3,
+    )
+    .await?;
+    let many = enqueued.first().map_or(0.0, |p| p.jobs_per_s).max(1e-9);
+    let mut t = format!(
+        "Enqueueing {jobs} no-op jobs in one call, best of 3 (the shapes taking turns, the jobs table emptied before each call):\n\n| jobs | call | best ms | jobs/s | of `enqueue_many` | runs (ms) |\n|---|---|---:|---:|---:|---|\n"
+    );
+    for p in &enqueued {
+        let ratio = p.jobs_per_s / many;
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "workflow-enqueue", "shape": p.shape.name(), "call": p.shape.call(),
+                "jobs": p.shape.jobs(), "runs_ms": p.runs_ms, "best_ms": p.best_ms,
+                "jobs_per_s": p.jobs_per_s, "ratio": ratio,
+            }));
+        }
+        let runs: Vec<String> = p.runs_ms.iter().map(|r| format!("{r:.1}")).collect();
+        let _ = writeln!(
+            t,
+            "| {} | `{}` | {:.1} | {:.0} | {:.2}x | {} |",
+            p.shape.describe(),
+            p.shape.call(),
+            p.best_ms,
+            p.jobs_per_s,
+            ratio,
+            runs.join(", ")
+        );
+    }
+
+    let mut setup = bench::WorkerSetup::defaults(args.concurrency.unwrap_or(100));
+    setup.batch = args.batch;
+    setup.claims_in_flight = args.claims_in_flight;
+    if setup.concurrency == 0 || setup.batch == Some(0) || setup.claims_in_flight == Some(0) {
+        return Err(usage(
+            "--concurrency, --batch and --claims-in-flight must be at least 1",
+        ));
+    }
+    let shapes = [
+        plain,
+        fan_out,
+        F::Chains {
+            chains,
+            length: jobs / chains,
+        },
+        F::Chains {
+            chains: 1,
+            length: jobs / 10,
+        },
+    ];
+    let rounds = if q { 1 } else { 3 };
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
+    for _ in 0..rounds {
+        for (i, shape) in shapes.iter().enumerate() {
+            let p = bench::workflow_throughput(url, base, *shape, &setup).await?;
+            runs[i].push(p.seconds);
+        }
+    }
+    let median = |v: &Vec<f64>| {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let plain_rate = plain.jobs() as f64 / median(&runs[0]).max(1e-9);
+    let _ = write!(
+        t,
+        "\nThrough one worker (concurrency {}, {}), {}; from the worker's start to the last outcome written:\n\n| jobs | in a row | runs (jobs/s) | median jobs/s | of plain jobs | ms per link |\n|---|---:|---|---:|---:|---:|\n",
+        setup.concurrency,
+        if setup.is_default() {
+            "default settings".to_owned()
+        } else {
+            format!(
+                "default settings but batch {} and {} claims in flight",
+                setup.batch.map_or_else(|| "default".to_owned(), |b| b.to_string()),
+                setup
+                    .claims_in_flight
+                    .map_or_else(|| "automatic".to_owned(), |c| c.to_string())
+            )
+        },
+        if rounds == 1 {
+            "one run each".to_owned()
+        } else {
+            format!("{rounds} runs each, interleaved")
+        },
+    );
+    for (shape, secs) in shapes.iter().zip(&runs) {
+        let s = median(secs).max(1e-9);
+        let rate = shape.jobs() as f64 / s;
+        let per_link = s * 1000.0 / shape.links() as f64;
+        let is_chain = matches!(shape, F::Chains { .. });
+        if args.json {
+            print_json(&serde_json::json!({
+                "scenario": "workflow-throughput", "shape": shape.name(),
+                "jobs": shape.jobs(), "links": shape.links(),
+                "concurrency": setup.concurrency,
+                "runs_jobs_per_s": secs.iter().map(|x| shape.jobs() as f64 / x.max(1e-9)).collect::<Vec<_>>(),
+                "seconds": s, "jobs_per_s": rate, "ratio": rate / plain_rate.max(1e-9),
+                "ms_per_link": if is_chain { Some(per_link) } else { None },
+            }));
+        }
+        let runs: Vec<String> = secs
+            .iter()
+            .map(|x| format!("{:.0}", shape.jobs() as f64 / x.max(1e-9)))
+            .collect();
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {:.0} | {:.2}x | {} |",
+            shape.describe(),
+            shape.links(),
+            runs.join(", "),
+            rate,
+            rate / plain_rate.max(1e-9),
+            if is_chain {
+                format!("{per_link:.2}")
+            } else {
+                "–".to_owned()
+            }
+        );
+    }
+    let _ = writeln!(
+        t,
+        "\nNo-op jobs, enqueued and the table vacuumed and analyzed before the worker starts; the worker serves (`Worker::run`, LISTEN on, the fallback poll at its default), so that a child released by its parent's outcome is woken for by the notification its release sends. \"In a row\": the most jobs that must run one after another. A chain runs one job at a time: its time per link (the wall time over its length) is a job's outcome written (releasing the next job and notifying), the notification heard, the next job claimed and run."
+    );
+    section(args, md, &format!("Workflows ({jobs} no-op jobs)"), &t);
     Ok(())
 }
 

@@ -821,6 +821,16 @@ async fn bench_quick_runs_every_scenario() {
     assert_eq!(of("history").len(), 2);
     assert_eq!(of("footprint").len(), 4, "steady, then before/during/after");
     assert_eq!(of("throughput-defaults").len(), 1);
+    assert_eq!(
+        of("workflow-enqueue").len(),
+        4,
+        "plain, no edges, fan-out, chain"
+    );
+    assert_eq!(
+        of("workflow-throughput").len(),
+        4,
+        "plain, fan-out, chains, one chain"
+    );
     // The scratch schemas are gone.
     let c = db.connect().await.unwrap();
     let left: i64 = c

@@ -29,7 +29,16 @@ pub async fn finish_raw(
     let got = c
         .query(
             b.client.statement(Statement::FinishMany),
-            &[&ids, &attempts, &outcomes, &errors, &zeros, &base, &cap, &no_outputs],
+            &[
+                &ids,
+                &attempts,
+                &outcomes,
+                &errors,
+                &zeros,
+                &base,
+                &cap,
+                &no_outputs,
+            ],
         )
         .await
         .unwrap();

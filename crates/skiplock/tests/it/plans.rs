@@ -115,7 +115,9 @@ async fn outcome_batches_stay_linear_with_stale_statistics() {
             &mut b,
             "job_finish_many.sql",
             &sql,
-            &[&ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros, &outputs],
+            &[
+                &ids, &attempts, &outcomes, &errors, &zeros, &zeros, &zeros, &outputs,
+            ],
             batch,
         )
         .await;
