@@ -15,8 +15,9 @@
 -- (the worker's outcome statement, a completion inside the handler's own transaction, the
 -- reaper, cancel, retry, delete, prune, a hand-written UPDATE) keeps the graph right, in the
 -- same transaction as the parent's change. The triggers fire only for rows that take part
--- in a workflow (their WHEN clauses test the new columns): a plain job's insert, claim and
--- outcome run no trigger function.
+-- in a workflow, and only for the changes they handle (their WHEN clauses test the new
+-- columns and the status change): a plain job's insert, claim and outcome run no trigger
+-- function, and neither does the claim of a child or of a parent.
 --
 -- The race the design closes: a child is inserted while its parent completes. The insert
 -- locks each parent (FOR SHARE, in id order) and counts the parents not yet done on their
@@ -238,7 +239,9 @@ DROP TRIGGER IF EXISTS jobs_after_guard ON {schema}.jobs;
 CREATE TRIGGER jobs_after_guard
 BEFORE UPDATE OF status ON {schema}.jobs
 FOR EACH ROW
-WHEN (NEW.after IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status)
+WHEN (NEW.after IS NOT NULL
+      AND ((OLD.status = 'failed' AND NEW.status = 'queued')
+           OR (OLD.held = 'after' AND NEW.status = 'failed' AND OLD.status <> 'failed')))
 EXECUTE FUNCTION {schema}.jobs_after_guard();
 
 -- A parent changes status:
@@ -328,7 +331,8 @@ DROP TRIGGER IF EXISTS jobs_after_settle ON {schema}.jobs;
 CREATE TRIGGER jobs_after_settle
 AFTER UPDATE OF status ON {schema}.jobs
 FOR EACH ROW
-WHEN (NEW.has_children AND OLD.status IS DISTINCT FROM NEW.status)
+WHEN (NEW.has_children AND OLD.status IS DISTINCT FROM NEW.status
+      AND (NEW.status IN ('done', 'failed') OR OLD.status = 'failed'))
 EXECUTE FUNCTION {schema}.jobs_after_settle();
 
 -- A job of a workflow is deleted (by an operator or by pruning). Deleting a parent that is
