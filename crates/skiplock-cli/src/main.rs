@@ -12,6 +12,7 @@ mod enqueue;
 mod errors;
 mod exec;
 mod guard;
+mod jobs;
 mod lab;
 mod metrics;
 mod output;
@@ -85,6 +86,9 @@ enum Command {
     Delete(admin::IdsArgs),
     /// Show one job: its fields, its output, and the jobs it waits for and that wait for it.
     Show(admin::ShowArgs),
+    /// List jobs, newest first: by state (stored or derived: scheduled, available, waiting,
+    /// retrying, cancelled), queue, kind, id range and age, a page at a time (--before).
+    Jobs(jobs::Args),
     /// Periodic (cron) jobs: add, list, remove, pause, resume, run-now.
     Schedule {
         #[command(subcommand)]
@@ -259,6 +263,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel(args) => admin::ids(&target, admin::Action::Cancel, args).await,
         Command::Delete(args) => admin::ids(&target, admin::Action::Delete, args).await,
         Command::Show(args) => admin::show(&target, args).await,
+        Command::Jobs(args) => jobs::run(&target, args).await,
         Command::Schedule { action } => schedule::run(&target, action).await,
         Command::Lab(args) => lab::run(&target, args).await,
         Command::Demo(args) => demo::run(&target, args).await,
