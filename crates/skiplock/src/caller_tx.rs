@@ -8,6 +8,8 @@ mod sealed {
 /// A connection or transaction of the caller's that skiplock can run a statement through:
 /// [`Client::enqueue_tx`](crate::Client::enqueue_tx),
 /// [`Client::enqueue_many_tx`](crate::Client::enqueue_many_tx),
+/// [`Client::enqueue_workflow_tx`](crate::Client::enqueue_workflow_tx),
+/// [`JobContext::complete_tx`](crate::JobContext::complete_tx),
 /// [`Client::retry_tx`](crate::Client::retry_tx),
 /// [`Client::cancel_tx`](crate::Client::cancel_tx),
 /// [`Client::delete_tx`](crate::Client::delete_tx),
