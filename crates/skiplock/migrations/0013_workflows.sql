@@ -449,8 +449,8 @@ $$;
 
 -- A workflow in one call and one transaction: a JSON array of jobs, each an object with
 --   "kind" (required), "payload" (default {}), "queue" (default 'default'), "priority",
---   "max_attempts", "delay" (an interval, as text) or "run_at" (a timestamp as text, or
---   seconds since the Unix epoch), "key",
+--   "max_attempts", "delay" (an interval as text, or seconds) or "run_at" (a timestamp as
+--   text, or seconds since the Unix epoch), "key",
 --   "ref" (a name for this job within the array) and "after" (an array whose elements are
 --   the refs of jobs listed EARLIER in the array, or ids of existing jobs).
 -- Returns the new ids in the array's order. All or nothing: the first refusal (with the
@@ -605,7 +605,10 @@ BEGIN
            coalesce(CASE WHEN jsonb_typeof(e.job->'run_at') = 'number'
                          THEN to_timestamp((e.job->>'run_at')::float8)
                          ELSE (e.job->>'run_at')::timestamptz END,
-                    now() + coalesce((e.job->>'delay')::interval, interval '0')),
+                    now() + coalesce(CASE WHEN jsonb_typeof(e.job->'delay') = 'number'
+                                          THEN (e.job->>'delay')::float8 * interval '1 second'
+                                          ELSE (e.job->>'delay')::interval END,
+                                     interval '0')),
            e.job->>'key',
            p.after,
            p.waiting,

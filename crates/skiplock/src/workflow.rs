@@ -166,10 +166,9 @@ fn encode_one(
     o.insert("max_attempts".into(), Value::from(e.max_attempts));
     match job.schedule {
         Schedule::Delay(_) => {
-            o.insert(
-                "delay".into(),
-                Value::from(format!("{} microseconds", e.delay_us)),
-            );
+            // Seconds, as a number: PostgreSQL 13 cannot read an interval of more than
+            // 2^31 microseconds written as text.
+            o.insert("delay".into(), Value::from(e.delay_us as f64 / 1_000_000.0));
         }
         Schedule::At(_) => {
             // Seconds since the epoch, as enqueue_workflow() reads a number.

@@ -925,3 +925,33 @@ async fn a_completion_wakes_the_childs_queue_with_the_poll_off() {
     let _ = stop.send(());
     h.await.unwrap();
 }
+
+/// A workflow keeps each job's delay and run_at, long ones included (PostgreSQL 13 cannot
+/// read more than 2^31 microseconds of interval written as text, so delays go as seconds).
+#[tokio::test]
+async fn a_workflow_keeps_each_jobs_delay_and_run_at() {
+    let b = setup().await;
+    let day = Duration::from_secs(86_400);
+    let at = std::time::SystemTime::now() + 3 * day;
+    let mut flow = Workflow::new();
+    let first = flow.add(job("first").delay(100 * day));
+    flow.add_after(job("second").run_at(at), &[first]);
+    let ids = b.client.enqueue_workflow(&flow).await.unwrap();
+    let row = b
+        .raw
+        .query_one(
+            "SELECT extract(epoch FROM run_at - now())::float8,
+                    extract(epoch FROM (SELECT run_at FROM jobs WHERE id = $2))::float8
+             FROM jobs WHERE id = $1",
+            &[&ids[0].0, &ids[1].0],
+        )
+        .await
+        .unwrap();
+    let (delay, second): (f64, f64) = (row.get(0), row.get(1));
+    assert!((delay - 100.0 * 86_400.0).abs() < 60.0, "{delay}");
+    let want = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((second - want).abs() < 0.01, "{second} vs {want}");
+}
