@@ -70,14 +70,6 @@ pub struct Args {
     /// Inject no fault (a baseline run).
     #[arg(long)]
     no_faults: bool,
-    /// Leave the enqueuer's sessions on PostgreSQL's default plan cache mode. On a fresh
-    /// jobs table, migration 13's insert triggers then keep generic plans made while the
-    /// table was nearly empty (sequential scans of jobs) for the whole statement, and the
-    /// 10,000-child fan-out takes about 30 s to enqueue instead of about 2 s (in a short
-    /// run, most of its children then run after the faults have stopped). By default the
-    /// enqueuer plans each execution with its values (`plan_cache_mode = force_custom_plan`).
-    #[arg(long)]
-    generic_plans: bool,
     /// How long to wait, after the faults, for every job to be done before failing.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "150s")]
     settle_timeout: Duration,
@@ -136,13 +128,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .pool_size(4)
         .application_name("torture-orchestrator")
         .build()?;
-    // The enqueuer's own client (see --generic-plans).
-    let enqueue_url = if args.generic_plans {
-        url.clone()
-    } else {
-        format!("{url}?options=-c%20plan_cache_mode%3Dforce_custom_plan")
-    };
-    let enqueuer_client = Client::builder(&enqueue_url)
+    // The enqueuer's own client, in the server's stock configuration.
+    let enqueuer_client = Client::builder(&url)
         .schema(SCHEMA)
         .pool_size(2)
         .application_name("torture-enqueuer")
