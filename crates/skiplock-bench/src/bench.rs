@@ -1311,7 +1311,10 @@ async fn wait_done<T>(
             return Ok(());
         }
         let stuck = last.1.elapsed() >= FLOW_STALL;
-        if st.retried + st.failed + st.requeued + st.lost > 0 || worker.is_finished() || stuck {
+        if st.retried + st.failed + st.snoozed + st.handed_back + st.lost > 0
+            || worker.is_finished()
+            || stuck
+        {
             return Err(Error::Incomplete {
                 what: format!(
                     "{}: {} of {jobs} jobs done{} ({st:?})",

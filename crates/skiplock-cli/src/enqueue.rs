@@ -222,10 +222,10 @@ fn print_enqueued(all: &[Enqueued], args: &Args) {
 pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     // Checked once here, not as "line 1" of standard input: they apply to every job.
     if let Some(k) = &args.key {
-        skiplock::input::job_key("job key", k)?;
+        skiplock::NewJob::check_key(k)?;
     }
     if let Some(s) = &args.sequence {
-        skiplock::input::job_key("sequence", s)?;
+        skiplock::NewJob::check_sequence(s)?;
     }
     if let Some(file) = args.workflow.clone() {
         return workflow(target, &args, &file).await;

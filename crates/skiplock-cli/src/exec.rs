@@ -56,7 +56,7 @@ const STDERR_TAIL: usize = 2048;
 /// The largest output a command may leave in `SKIPLOCK_OUTPUT`, in bytes (the client's
 /// limit, `skiplock::ClientBuilder::max_output_bytes`, which the command leaves at its
 /// default).
-pub const MAX_OUTPUT_BYTES: usize = skiplock::input::DEFAULT_MAX_OUTPUT_BYTES;
+pub const MAX_OUTPUT_BYTES: usize = skiplock::Client::DEFAULT_MAX_OUTPUT_BYTES;
 
 /// The variable naming the file a command writes its output to.
 const OUTPUT_VAR: &str = "SKIPLOCK_OUTPUT";
@@ -421,8 +421,7 @@ fn store_output(ctx: &JobContext, path: &Path) -> Result<(), JobError> {
         Some(text) => {
             let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&text)
                 .map_err(|e| JobError::retry(format!("{OUTPUT_VAR}: not valid JSON: {e}")))?;
-            skiplock::input::output(raw.get(), MAX_OUTPUT_BYTES)
-                .and_then(|()| ctx.set_output(&raw))
+            ctx.set_output(&raw)
                 .map_err(|e| JobError::retry(format!("{OUTPUT_VAR}: {e}")))
         }
         None => Ok(()),

@@ -335,7 +335,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             by,
             json,
         } => {
-            skiplock::input::queue_name(&name)?;
+            skiplock::NewJob::check_queue(&name)?;
             let asked = concurrency.is_some() || per_key.is_some() || rate.is_some();
             let mut change = false;
             if asked {

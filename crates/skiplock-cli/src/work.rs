@@ -244,12 +244,15 @@ fn report(s: &RunStats, json: bool) {
     if json {
         print_json(&serde_json::json!({
             "claimed": s.claimed, "done": s.done, "retried": s.retried, "failed": s.failed,
-            "requeued": s.requeued, "lost": s.lost, "reaped": s.reaped,
+            "snoozed": s.snoozed, "handed_back": s.handed_back,
+            // The sum of the two, under its old name (deprecated; kept for scripts).
+            "requeued": s.snoozed + s.handed_back,
+            "lost": s.lost, "reaped": s.reaped,
         }));
     } else {
         errln!(
-            "worker stopped: {} claimed, {} done, {} retried, {} failed, {} put back, {} lost, {} reaped",
-            s.claimed, s.done, s.retried, s.failed, s.requeued, s.lost, s.reaped
+            "worker stopped: {} claimed, {} done, {} retried, {} failed, {} snoozed, {} handed back, {} lost, {} reaped",
+            s.claimed, s.done, s.retried, s.failed, s.snoozed, s.handed_back, s.lost, s.reaped
         );
     }
 }
@@ -315,8 +318,8 @@ fn builtin(options: JobOptions) -> Registry {
 
 fn field(payload: &str, name: &str) -> Result<u64, JobError> {
     let v: serde_json::Value = serde_json::from_str(payload)
-        .map_err(|e| JobError::permanent(format!("payload is not JSON: {e}")))?;
+        .map_err(|e| JobError::discard(format!("payload is not JSON: {e}")))?;
     v.get(name)
         .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| JobError::permanent(format!("payload needs {{\"{name}\": <number>}}")))
+        .ok_or_else(|| JobError::discard(format!("payload needs {{\"{name}\": <number>}}")))
 }

@@ -513,7 +513,7 @@ async fn sigterm_during_work_hands_back_running_jobs() {
     assert!(kill.success());
     let o = child.wait_with_output().unwrap();
     let stats = json(&ok(&o));
-    assert_eq!(stats["requeued"], 2, "{stats}");
+    assert_eq!(stats["handed_back"], 2, "{stats}");
     assert_eq!(
         sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'queued'").await,
         3
@@ -565,7 +565,7 @@ async fn sigterm_during_drain_hands_back_running_jobs() {
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(143), "{}", err(&o));
     let stats = json(&out(&o));
-    assert_eq!(stats["requeued"], 2, "{stats}");
+    assert_eq!(stats["handed_back"], 2, "{stats}");
     assert_eq!(
         sql_one(&db, "SELECT count(*) FROM jobs WHERE status = 'queued'").await,
         3
@@ -1021,7 +1021,7 @@ async fn exec_sigterm_of_the_worker_stops_every_command_group() {
     assert!(stopped.elapsed() < Duration::from_secs(15));
     let stats = json(&std::fs::read_to_string(&report).unwrap());
     // Stopped by the shutdown: back in the queue, no attempt spent.
-    assert_eq!(stats["requeued"], 1, "{stats}");
+    assert_eq!(stats["handed_back"], 1, "{stats}");
     assert_eq!(
         sql_one(
             &db,

@@ -370,7 +370,7 @@ async fn exec_shutdown_put_back_keeps_the_jobs_run_at() {
     assert!(status.success(), "{status:?}");
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    assert_eq!(json(&out)["requeued"], 1, "{out}");
+    assert_eq!(json(&out)["handed_back"], 1, "{out}");
     assert_eq!(
         sql_one(
             &db,
@@ -455,7 +455,7 @@ async fn an_interrupted_drain_exits_128_plus_the_signal() {
         let status = wait_within(&mut child, Duration::from_secs(20), "an interrupted drain");
         let o = child.wait_with_output().unwrap();
         assert_eq!(status.code(), Some(code), "SIG{sig}: {}", err(&o));
-        assert_eq!(json(&String::from_utf8_lossy(&o.stdout))["requeued"], 1);
+        assert_eq!(json(&String::from_utf8_lossy(&o.stdout))["handed_back"], 1);
         let e = err(&o);
         let errors: Vec<&str> = e.lines().filter(|l| l.starts_with("error")).collect();
         assert_eq!(errors.len(), 1, "{e}");
@@ -514,7 +514,7 @@ async fn a_second_signal_stops_at_once_and_hands_back() {
     );
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
-    assert_eq!(json(&out)["requeued"], 2, "{out}");
+    assert_eq!(json(&out)["handed_back"], 2, "{out}");
     assert_eq!(
         sql_one(
             &db,

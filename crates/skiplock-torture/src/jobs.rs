@@ -65,7 +65,7 @@ async fn run_logged(spec: Spec, ctx: &JobContext) -> Result<(), JobError> {
     log::end(&path, ctx.id.0, ctx.attempt, r.is_ok());
     match r {
         Ok(()) => Ok(()),
-        Err(e) if spec.permanent => Err(JobError::permanent(e)),
+        Err(e) if spec.permanent => Err(JobError::discard(e)),
         Err(e) => Err(JobError::retry(e)),
     }
 }

@@ -138,6 +138,17 @@ pub enum Error {
         attempt: i32,
     },
 
+    /// A handler asked [`JobContext::data`](crate::JobContext::data) for application state
+    /// of a type nobody gave the worker ([`WorkerBuilder::data`](crate::WorkerBuilder::data)).
+    #[error(
+        "no value of type {type_name} was given to the worker: add it with \
+         WorkerBuilder::data (or Registry::data)"
+    )]
+    MissingData {
+        /// The type asked for.
+        type_name: &'static str,
+    },
+
     /// One of a worker's own tasks (a queue's claim loop, the outcome writer, a background
     /// service) panicked; the worker shut down (its jobs handed back, their outcomes
     /// written) instead of serving on without it. The message names the task.

@@ -1,5 +1,7 @@
 //! Typed jobs and the registry that maps a job's kind to the code that runs it.
 
+use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -40,7 +42,7 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 ///
 ///     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
 ///         if self.to.is_empty() {
-///             return Err(JobError::permanent("no recipient"));
+///             return Err(JobError::discard("no recipient"));
 ///         }
 ///         // `?` on any error makes the attempt retryable.
 ///         // ... send, checking ctx.is_cancelled() in long loops ...
@@ -49,7 +51,8 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 ///     }
 /// }
 ///
-/// // Enqueue with: client.enqueue(&skiplock::NewJob::of(&SendEmail { to: "a@example.com".into() }))
+/// // Enqueue with: client.enqueue(&SendEmail { to: "a@example.com".into() }),
+/// // or with options: client.enqueue(&NewJob::of(&SendEmail { .. }).priority(-1))
 /// ```
 pub trait Job: Serialize + DeserializeOwned + Send + 'static {
     /// The kind stored with each job; routes it to this type. `[A-Za-z0-9_.:-]{1,128}`.
@@ -82,13 +85,23 @@ pub trait Job: Serialize + DeserializeOwned + Send + 'static {
 /// How one attempt ended, when it did not succeed. `?` on any error gives
 /// [`JobError::Retry`].
 ///
+/// The words are the outcome statement's own (`retry`, `discard`, `snooze`), and the ones
+/// [`RunStats`](crate::RunStats) counts.
+///
 /// (It deliberately does not implement `std::error::Error`, so that every error converts
 /// into it.)
+#[non_exhaustive]
 pub enum JobError {
     /// Try again after the kind's backoff (`least(cap, base * 2^attempts)`), or `failed` once
     /// `max_attempts` is used up. The message goes to `last_error`.
     Retry(BoxError),
     /// Do not try again: `failed` now. The message goes to `last_error`.
+    Discard(BoxError),
+    /// The old name of [`JobError::Discard`]; does the same.
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed JobError::Discard, the outcome's word in SQL"
+    )]
     Permanent(BoxError),
     /// Not now: back to `queued`, to run after the duration. Costs no attempt (`max_attempts`
     /// is raised by one, since `attempts` never goes down).
@@ -101,9 +114,18 @@ impl JobError {
         JobError::Retry(msg.into())
     }
 
-    /// A permanent error with this message.
+    /// An error that ends the job now (`failed`, no retry), with this message.
+    pub fn discard(msg: impl Into<BoxError>) -> Self {
+        JobError::Discard(msg.into())
+    }
+
+    /// The old name of [`JobError::discard`].
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed JobError::discard, the outcome's word in SQL"
+    )]
     pub fn permanent(msg: impl Into<BoxError>) -> Self {
-        JobError::Permanent(msg.into())
+        JobError::Discard(msg.into())
     }
 
     /// Run again after `after`, without spending an attempt.
@@ -120,9 +142,10 @@ impl<E: Into<BoxError>> From<E> for JobError {
 
 impl fmt::Debug for JobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        #[allow(deprecated)]
         match self {
             JobError::Retry(e) => write!(f, "Retry({e})"),
-            JobError::Permanent(e) => write!(f, "Permanent({e})"),
+            JobError::Discard(e) | JobError::Permanent(e) => write!(f, "Discard({e})"),
             JobError::Snooze(d) => write!(f, "Snooze({d:?})"),
         }
     }
@@ -176,6 +199,25 @@ pub struct JobContext {
     pub(crate) cancel: CancellationToken,
     pub(crate) client: Client,
     pub(crate) slot: Arc<std::sync::Mutex<AttemptSlot>>,
+    pub(crate) data: DataMap,
+}
+
+/// The application state handlers reach through [`JobContext::data`]: one value per type.
+#[derive(Clone, Default)]
+pub(crate) struct DataMap(Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
+
+impl DataMap {
+    fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        Arc::make_mut(&mut self.0).insert(TypeId::of::<T>(), Arc::new(value));
+    }
+
+    fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get(&TypeId::of::<T>())?.downcast_ref::<T>()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
 }
 
 /// What a handler left for the worker besides its result.
@@ -213,6 +255,40 @@ impl JobContext {
     /// The queue's client (for enqueueing follow-up jobs, or the pool).
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The application state of type `T` given to the worker with
+    /// [`WorkerBuilder::data`](crate::WorkerBuilder::data) (or [`Registry::data`]): an HTTP
+    /// client, a mailer, the application's own database pool. Typed, and shared by every
+    /// attempt; no globals.
+    ///
+    /// [`Error::MissingData`] names the type if none was given: with `?` the attempt fails
+    /// (and is retried) with that message.
+    ///
+    /// ```
+    /// use serde::{Deserialize, Serialize};
+    /// use skiplock::{Job, JobContext, JobError};
+    ///
+    /// struct Mailer { from: String }
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Welcome { to: String }
+    ///
+    /// impl Job for Welcome {
+    ///     const KIND: &'static str = "welcome";
+    ///     async fn run(self, ctx: JobContext) -> Result<(), JobError> {
+    ///         let mailer = ctx.data::<Mailer>()?;
+    ///         let _ = (&mailer.from, &self.to);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// // Worker::builder(client, Registry::new().register::<Welcome>())
+    /// //     .data(Mailer { from: "hello@example.com".into() })
+    /// ```
+    pub fn data<T: Send + Sync + 'static>(&self) -> Result<&T> {
+        self.data.get::<T>().ok_or(Error::MissingData {
+            type_name: std::any::type_name::<T>(),
+        })
     }
 
     /// Sets the job's output: `value` serialized as JSON, stored with the job's completion
@@ -311,6 +387,7 @@ impl fmt::Debug for JobContext {
             .field("attempt", &self.attempt)
             .field("queue", &self.queue)
             .field("kind", &self.kind)
+            .field("data", &self.data.len())
             .finish_non_exhaustive()
     }
 }
@@ -330,7 +407,7 @@ impl<J: Job> Handler for Typed<J> {
         Box::pin(async move {
             match serde_json::from_str::<J>(&payload) {
                 Ok(job) => job.run(ctx).await,
-                Err(e) => Err(JobError::Permanent(
+                Err(e) => Err(JobError::Discard(
                     format!("payload does not deserialize into {}: {e}", J::KIND).into(),
                 )),
             }
@@ -359,6 +436,7 @@ pub(crate) struct Entry {
 pub struct Registry {
     pub(crate) kinds: HashMap<String, Entry>,
     pub(crate) fallback: Option<Entry>,
+    pub(crate) data: DataMap,
 }
 
 impl Registry {
@@ -400,6 +478,17 @@ impl Registry {
         self
     }
 
+    /// Gives handlers a value of type `T` (application state: an HTTP client, a mailer, a
+    /// database pool), read in a handler with [`JobContext::data`]. One value per type: a
+    /// second value of the same type replaces the first. Wrap it in your own type to tell
+    /// two values of one type apart. [`WorkerBuilder::data`](crate::WorkerBuilder::data)
+    /// does the same; the registry carries it so that
+    /// [`testing::run_job`](crate::testing) and `drain` see the same state as the worker.
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.insert(value);
+        self
+    }
+
     /// Checks every kind name and option; [`WorkerBuilder::build`](crate::WorkerBuilder::build) calls it.
     pub(crate) fn validate(&self) -> Result<()> {
         for (kind, e) in &self.kinds {
@@ -437,6 +526,25 @@ impl fmt::Debug for Registry {
         f.debug_struct("Registry")
             .field("kinds", &self.kinds())
             .finish()
+    }
+}
+
+/// What [`Client::enqueue`] and [`Client::enqueue_tx`] take: a [`NewJob`] (with its
+/// options), or a value of a [`Job`] type, enqueued as [`NewJob::of`] would.
+pub trait AsNewJob {
+    /// The job to enqueue.
+    fn as_new_job(&self) -> Cow<'_, NewJob>;
+}
+
+impl AsNewJob for NewJob {
+    fn as_new_job(&self) -> Cow<'_, NewJob> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl<J: Job> AsNewJob for J {
+    fn as_new_job(&self) -> Cow<'_, NewJob> {
+        Cow::Owned(NewJob::of(self))
     }
 }
 

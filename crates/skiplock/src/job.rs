@@ -56,6 +56,39 @@ pub const DEFAULT_QUEUE: &str = "default";
 /// The article's default `max_attempts`.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 
+impl NewJob {
+    /// The queue a job goes to unless told otherwise: `default`.
+    pub const DEFAULT_QUEUE: &'static str = DEFAULT_QUEUE;
+    /// Attempts before `failed` unless told otherwise: 5.
+    pub const DEFAULT_MAX_ATTEMPTS: i32 = DEFAULT_MAX_ATTEMPTS;
+    /// The most attempts a job may be given.
+    pub const MAX_ATTEMPTS: i32 = crate::input::MAX_ATTEMPTS_LIMIT;
+    /// The longest queue or kind name, in bytes.
+    pub const MAX_NAME_LEN: usize = crate::input::MAX_NAME_LEN;
+    /// The most jobs one job may wait for ([`NewJob::after`]).
+    pub const MAX_AFTER: usize = MAX_AFTER;
+    /// The largest total payload size of one [`Client::enqueue_many`](crate::Client::enqueue_many) batch.
+    pub const MAX_BATCH_BYTES: usize = MAX_BATCH_BYTES;
+    /// The longest delay a job may be given.
+    pub const MAX_DELAY: Duration = crate::input::MAX_DELAY;
+
+    /// Checks a queue name as an enqueue would (1 to 128 characters from
+    /// `[A-Za-z0-9_.-]`), for a program that takes one from its user before it has a job.
+    pub fn check_queue(name: &str) -> crate::Result<()> {
+        crate::input::queue_name(name)
+    }
+
+    /// Checks a key ([`NewJob::key`]) as an enqueue would.
+    pub fn check_key(key: &str) -> crate::Result<()> {
+        crate::input::job_key("job key", key)
+    }
+
+    /// Checks a sequence name ([`NewJob::sequence`]) as an enqueue would.
+    pub fn check_sequence(sequence: &str) -> crate::Result<()> {
+        crate::input::job_key("sequence", sequence)
+    }
+}
+
 /// A job to enqueue: a kind (which handler runs it), a JSON payload and options.
 ///
 /// ```
@@ -542,6 +575,7 @@ pub enum FailOutcome {
 
 /// Whether a failed attempt may be retried, and after how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Retry {
     /// Retry (until `max_attempts`) after `least(cap, base * 2^attempts)`.
     Backoff(Backoff),

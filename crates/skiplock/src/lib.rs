@@ -48,7 +48,7 @@ mod db;
 mod error;
 mod handler;
 pub mod health;
-pub mod input;
+mod input;
 mod job;
 mod job_id;
 mod maintenance;
@@ -77,7 +77,9 @@ pub use client::{
 };
 pub use db::Statement;
 pub use error::{Error, Result};
-pub use handler::{BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry};
+pub use handler::{
+    AsNewJob, BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry,
+};
 pub use job::{
     Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, ReapedJob,
     Relative, Retry, Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER, MAX_BATCH_BYTES,
@@ -93,7 +95,6 @@ pub use schema::{Schema, DEFAULT_SCHEMA, MAX_SCHEMA_LEN};
 pub use unique::{
     Enqueued, OnConflict, Unique, MAX_UNIQUE_FIELDS, MAX_UNIQUE_KEY_LEN, MIN_UNIQUE_PERIOD,
 };
-#[doc(hidden)]
 pub use worker::{JobEnd, WorkerEvent};
 pub use worker::{RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig};
 pub use workflow::{Step, Workflow, MAX_WORKFLOW_JOBS};

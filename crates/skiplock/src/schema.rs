@@ -11,6 +11,14 @@ pub const DEFAULT_SCHEMA: &str = "skiplock";
 /// saying so; the notification channel is `<schema>.jobs`, so the schema gets 58.
 pub const MAX_SCHEMA_LEN: usize = 58;
 
+impl Schema {
+    /// The schema every skiplock object lives in unless told otherwise: `skiplock`.
+    pub const DEFAULT: &'static str = DEFAULT_SCHEMA;
+    /// The longest schema name accepted (58: PostgreSQL truncates identifiers to 63 bytes,
+    /// and the notification channel is `<schema>.jobs`).
+    pub const MAX_LEN: usize = MAX_SCHEMA_LEN;
+}
+
 /// A schema name that has been validated: 1 to 58 characters from `[A-Za-z0-9_.-]`, not
 /// starting with `pg_` (reserved by PostgreSQL). It is always sent double-quoted, so case is
 /// kept exactly.

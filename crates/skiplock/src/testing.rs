@@ -8,6 +8,9 @@
 //!   timeout, panic capture, the guarded outcome write) and get its row back.
 //! - [`drain`]: run a queue's jobs until nothing is ready.
 //!
+//! Both take the registry the same way (`&registry` or `registry`), and handlers see the
+//! application state given with [`Registry::data`] as they would in a worker.
+//!
 //! ```toml
 //! [dev-dependencies]
 //! skiplock = { version = "*", features = ["testing"] }
@@ -32,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::borrow::Borrow;
 use std::fmt;
 
 use crate::caller_tx::Executor;
@@ -305,7 +309,12 @@ fn listing(what: &str, jobs: Result<Vec<JobRow>>) -> String {
 ///
 /// [`Error::Invalid`] if the job does not exist, or is not queued with an attempt left;
 /// a database error if it cannot be claimed or read.
-pub async fn run_job(client: &Client, registry: &Registry, id: JobId) -> Result<JobRow> {
+pub async fn run_job(
+    client: &Client,
+    registry: impl Borrow<Registry>,
+    id: JobId,
+) -> Result<JobRow> {
+    let registry = registry.borrow();
     let job = client
         .get(id)
         .await?
@@ -338,8 +347,12 @@ pub async fn run_job(client: &Client, registry: &Registry, id: JobId) -> Result<
 /// service: it claims, runs, and returns. It reaps expired leases once first. A job a
 /// failed attempt put back in the queue waits for its backoff: it is not ready, so `drain`
 /// does not wait for it (make it ready and drain again, or use [`run_job`]).
-pub async fn drain(client: &Client, registry: Registry, queue: &str) -> Result<RunStats> {
-    quiet(Worker::builder(client.clone(), registry).queue(queue, 10))
+pub async fn drain(
+    client: &Client,
+    registry: impl Borrow<Registry>,
+    queue: &str,
+) -> Result<RunStats> {
+    quiet(Worker::builder(client.clone(), registry.borrow().clone()).queue(queue, 10))
         .build()?
         .run_until_idle()
         .await

@@ -44,6 +44,11 @@ pub struct Workflow {
 pub const MAX_WORKFLOW_JOBS: usize = 100_000;
 
 impl Workflow {
+    /// The most jobs one workflow may hold.
+    pub const MAX_JOBS: usize = MAX_WORKFLOW_JOBS;
+}
+
+impl Workflow {
     /// An empty workflow.
     pub fn new() -> Self {
         Workflow::default()

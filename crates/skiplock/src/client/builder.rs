@@ -197,6 +197,7 @@ impl ClientBuilder {
     /// is applied to a job another claim now holds; and its schedule fires without their
     /// cursor's compare-and-set, so that racing schedulers enqueue a fire more than once.
     #[doc(hidden)]
+    #[cfg(feature = "__test-hooks")]
     pub fn unfenced_for_negative_control(mut self) -> Self {
         self.unfenced = true;
         self

@@ -11,6 +11,7 @@ use crate::tls::Connector;
 use crate::caller_tx::Executor;
 use crate::db::{self, Statement, Store};
 use crate::error::{Error, Result};
+use crate::handler::AsNewJob;
 use crate::input;
 use crate::job::{
     ClaimedJob, EncodedBatch, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, Retry,
@@ -100,6 +101,20 @@ impl Client {
     /// [`Worker`](crate::Worker) renews shorter leases with its heartbeat: see
     /// [`WorkerConfig::DEFAULT_LEASE`](crate::WorkerConfig::DEFAULT_LEASE).
     pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(300);
+    /// The connections of the pool a client opens from a URL, unless told otherwise.
+    pub const DEFAULT_POOL_SIZE: usize = builder::DEFAULT_POOL_SIZE;
+    /// How long a call waits for a pooled connection unless told otherwise.
+    pub const DEFAULT_POOL_WAIT_TIMEOUT: Duration = builder::DEFAULT_POOL_WAIT_TIMEOUT;
+    /// The `application_name` connections report unless told otherwise.
+    pub const DEFAULT_APPLICATION_NAME: &'static str = builder::DEFAULT_APPLICATION_NAME;
+    /// The largest payload accepted unless told otherwise (1 MiB).
+    pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = input::DEFAULT_MAX_PAYLOAD_BYTES;
+    /// The largest job output accepted unless told otherwise (1 MiB).
+    pub const DEFAULT_MAX_OUTPUT_BYTES: usize = input::DEFAULT_MAX_OUTPUT_BYTES;
+    /// How long a connection attempt may take.
+    pub const CONNECT_TIMEOUT: Duration = builder::CONNECT_TIMEOUT;
+    /// TCP keepalive idle time on every connection.
+    pub const KEEPALIVE_IDLE: Duration = builder::KEEPALIVE_IDLE;
 
     /// Creates or upgrades the schema through the caller's connection or transaction (see
     /// [`migrate`](crate::migrate())). Through a tokio-postgres transaction it runs inside
@@ -264,8 +279,11 @@ impl Client {
     // ---- Enqueue -------------------------------------------------------------------------
 
     /// Enqueues one job in its own transaction. Returns its id.
-    pub async fn enqueue(&self, job: &NewJob) -> Result<JobId> {
-        let j = job.encode(self.inner.max_payload_bytes)?;
+    ///
+    /// `job` is a [`NewJob`] (with its options) or a value of a [`Job`](crate::Job) type,
+    /// enqueued as [`NewJob::of`] would: `client.enqueue(&WelcomeEmail { user_id: 42 })`.
+    pub async fn enqueue<J: AsNewJob + ?Sized>(&self, job: &J) -> Result<JobId> {
+        let j = job.as_new_job().encode(self.inner.max_payload_bytes)?;
         let conn = self.conn("enqueue a job").await?;
         let id = self.store().job_insert((&**conn).into_conn(), &j).await?;
         crate::metrics::enqueued([(j.queue.as_str(), j.kind.as_str())]);
@@ -276,8 +294,12 @@ impl Client {
     ///
     /// Inside a transaction the job, and its wake-up notification, exist only once that
     /// transaction commits; a rollback removes both. Workers never see it before.
-    pub async fn enqueue_tx<'c>(&self, conn: impl Executor<'c>, job: &NewJob) -> Result<JobId> {
-        let j = job.encode(self.inner.max_payload_bytes)?;
+    pub async fn enqueue_tx<'c, J: AsNewJob + ?Sized>(
+        &self,
+        conn: impl Executor<'c>,
+        job: &J,
+    ) -> Result<JobId> {
+        let j = job.as_new_job().encode(self.inner.max_payload_bytes)?;
         let id = self.store().job_insert(conn.into_conn(), &j).await?;
         crate::metrics::enqueued([(j.queue.as_str(), j.kind.as_str())]);
         Ok(id)

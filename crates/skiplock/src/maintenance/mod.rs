@@ -161,6 +161,7 @@ impl LeaseLock {
 impl Client {
     /// Takes the maintenance lock `name` for `ttl` (renewing it if this holder has it).
     #[doc(hidden)]
+    #[cfg(feature = "__test-hooks")]
     pub async fn try_maintenance_lock(
         &self,
         name: &str,

@@ -29,6 +29,7 @@ pub(crate) const MISSED_COUNT_CAP: u64 = 10_000;
 /// [`SchedulerConfig::grace`](super::SchedulerConfig::grace)). Fires inside the grace
 /// period are never missed: they are enqueued as usual.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Missed {
     /// Drop them: only fires from now on run.
     Skip,

@@ -37,6 +37,15 @@ pub const MIN_RATE_PERIOD: Duration = Duration::from_millis(1);
 /// The longest rate period.
 pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(86_400);
 
+impl QueueLimits {
+    /// The largest limit accepted (concurrency, per key, or jobs per rate period).
+    pub const MAX_LIMIT: u32 = MAX_LIMIT;
+    /// The shortest rate period.
+    pub const MIN_RATE_PERIOD: Duration = MIN_RATE_PERIOD;
+    /// The longest rate period (one day).
+    pub const MAX_RATE_PERIOD: Duration = MAX_RATE_PERIOD;
+}
+
 /// At most `limit` starts in any interval of `period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {

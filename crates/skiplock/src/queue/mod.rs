@@ -26,6 +26,11 @@ pub use state::QueueState;
 /// The longest `by` a pause may record, in bytes.
 pub const MAX_PAUSED_BY_LEN: usize = 256;
 
+impl QueuePause {
+    /// The longest "paused by" text accepted.
+    pub const MAX_BY_LEN: usize = MAX_PAUSED_BY_LEN;
+}
+
 /// A queue's pause as [`Client::pause_queue`] or [`Client::resume_queue`] left it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

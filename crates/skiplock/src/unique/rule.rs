@@ -15,6 +15,15 @@ pub const MAX_UNIQUE_FIELDS: usize = 64;
 /// The shortest time bucket a rule may have.
 pub const MIN_UNIQUE_PERIOD: Duration = Duration::from_secs(1);
 
+impl Unique {
+    /// The longest unique key accepted, in bytes.
+    pub const MAX_KEY_LEN: usize = MAX_UNIQUE_KEY_LEN;
+    /// The most payload fields one rule may name.
+    pub const MAX_FIELDS: usize = MAX_UNIQUE_FIELDS;
+    /// The shortest uniqueness period.
+    pub const MIN_PERIOD: Duration = MIN_UNIQUE_PERIOD;
+}
+
 /// What a job's uniqueness rule compares.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum By {

@@ -283,7 +283,8 @@ fn account(
                 let end = match (&f.outcome, w.state) {
                     (Outcome::Complete, _) | (_, JobState::Done) => JobEnd::Done,
                     (_, JobState::Failed) => JobEnd::Failed,
-                    (o, _) if o.is_requeue() => JobEnd::Requeued,
+                    (Outcome::Snooze { .. }, _) => JobEnd::Snoozed,
+                    (o, _) if o.is_requeue() => JobEnd::HandedBack,
                     _ => JobEnd::Retried,
                 };
                 c.ended(f.id, f.attempt, end);

@@ -254,6 +254,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// Gives the handlers application state of type `T` (an HTTP client, a mailer, the
+    /// application's database pool), read in a handler with
+    /// [`JobContext::data`](crate::JobContext::data). Call once per type; a second value of
+    /// one type replaces the first. Same as [`Registry::data`](crate::Registry::data).
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.registry = self.registry.data(value);
+        self
+    }
+
     /// Replaces all settings at once.
     pub fn config(mut self, cfg: WorkerConfig) -> Self {
         self.cfg = cfg;
@@ -330,6 +339,7 @@ impl WorkerBuilder {
     /// For tests of the worker's own failures; never use it: every queue's claim loop
     /// panics as it starts.
     #[doc(hidden)]
+    #[cfg(feature = "__test-hooks")]
     pub fn panic_in_claim_loop_for_tests(mut self) -> Self {
         self.cfg.panic_in_claim_loop = true;
         self

@@ -1,7 +1,8 @@
-//! The worker's events, for tests and tools that wait for something to happen instead of
-//! polling the database: claims, finished attempts, heartbeat rounds, reaper passes and the
-//! LISTEN connection coming up. Subscribe with [`Worker::events`](crate::Worker::events) or
-//! [`StatsHandle::events`](crate::StatsHandle::events).
+//! The worker's events, for an application's own metrics and logs, and for tests and tools
+//! that wait for something to happen instead of polling the database: claims, finished
+//! attempts, heartbeat rounds, reaper passes and the LISTEN connection coming up. Subscribe
+//! with [`Worker::subscribe`](crate::Worker::subscribe) or
+//! [`StatsHandle::subscribe`](crate::StatsHandle::subscribe).
 //!
 //! Cheap when nobody listens: the channel is made on the first subscription, and no event
 //! is built while it has no receiver.
@@ -12,8 +13,8 @@ use tokio::sync::broadcast;
 
 use crate::job::JobId;
 
-/// Something a worker did. Not part of the stable API: variants and fields may change.
-#[doc(hidden)]
+/// Something a worker did (see [`Worker::subscribe`](crate::Worker::subscribe)). New
+/// variants may be added: match with a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WorkerEvent {
@@ -55,9 +56,8 @@ pub enum WorkerEvent {
     Listening,
 }
 
-/// How an attempt ended, as counted in [`RunStats`](crate::RunStats). Not part of the stable
-/// API.
-#[doc(hidden)]
+/// How an attempt ended, as counted in [`RunStats`](crate::RunStats), in the outcome
+/// statement's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum JobEnd {
@@ -65,10 +65,14 @@ pub enum JobEnd {
     Done,
     /// Failed, to be retried.
     Retried,
-    /// Marked failed (permanent error, or out of attempts).
+    /// Marked failed (discarded, or out of attempts).
     Failed,
-    /// Back in the queue without spending an attempt (snoozed, or handed back).
-    Requeued,
+    /// Snoozed by its handler: back in the queue for later, without spending an attempt.
+    Snoozed,
+    /// Handed back to the queue at its old place in line without spending an attempt
+    /// (cancelled at the end of a shutdown's grace, or of a kind this worker has no handler
+    /// for).
+    HandedBack,
     /// The job was no longer this worker's: its result was dropped.
     Lost,
 }

@@ -140,6 +140,7 @@ pub(crate) async fn run(
             cancel,
             client: shared.app_client.clone(),
             slot: slot.clone(),
+            data: shared.registry.data.clone(),
         };
         // `call` itself may panic before it returns a future (a closure that panics before
         // its `async` block, a hand-written handler): caught like a panic in the future.
@@ -170,7 +171,10 @@ pub(crate) async fn run(
                 Some(Ok(Ok(()))) if completed_in_tx(&slot) => Outcome::retry(IN_TX_ROLLED_BACK, backoff),
                 Some(Ok(Ok(()))) => Outcome::Complete,
                 Some(Ok(Err(JobError::Retry(e)))) => Outcome::retry(&error_chain(&*e), backoff),
-                Some(Ok(Err(JobError::Permanent(e)))) => Outcome::discard(&error_chain(&*e)),
+                #[allow(deprecated)]
+                Some(Ok(Err(JobError::Discard(e) | JobError::Permanent(e)))) => {
+                    Outcome::discard(&error_chain(&*e))
+                }
                 Some(Ok(Err(JobError::Snooze(d)))) => Outcome::snooze(d),
             },
         }

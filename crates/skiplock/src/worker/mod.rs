@@ -219,12 +219,39 @@ impl Worker {
         StopNow(self.stop_now.clone())
     }
 
-    /// The worker's events from the moment of the call (see [`WorkerEvent`]), for tests
-    /// that wait for something to happen instead of polling. Subscribe before
-    /// [`Worker::run`] to see every event. Not part of the stable API.
-    #[doc(hidden)]
-    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+    /// Subscribes to the worker's events from the moment of the call (see
+    /// [`WorkerEvent`]): claims, every attempt's end ([`JobEnd`]), heartbeat rounds, reaper
+    /// passes, the LISTEN connection coming up. For an application's own metrics or logs, and
+    /// for tests that wait for something to happen instead of polling the database. Subscribe
+    /// before [`Worker::run`] to see every event; [`StatsHandle::subscribe`] subscribes
+    /// while it runs.
+    ///
+    /// Cheap when nobody subscribes (no event is built). A receiver that falls more than
+    /// 8,192 events behind misses the oldest and is told how many
+    /// ([`broadcast::error::RecvError::Lagged`]); the worker never waits for a receiver.
+    ///
+    /// ```no_run
+    /// # async fn f(worker: skiplock::Worker) {
+    /// use skiplock::{JobEnd, WorkerEvent};
+    /// let mut events = worker.subscribe();
+    /// tokio::spawn(async move {
+    ///     while let Ok(event) = events.recv().await {
+    ///         if let WorkerEvent::Finished { id, end: JobEnd::Failed, .. } = event {
+    ///             eprintln!("job {id} failed");
+    ///         }
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
         self.counters.events.subscribe()
+    }
+
+    /// The old name of [`Worker::subscribe`].
+    #[doc(hidden)]
+    #[deprecated(since = "0.2.0", note = "renamed Worker::subscribe")]
+    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.subscribe()
     }
 
     /// Serves the queues until `shutdown` resolves, then shuts down gracefully: stops
@@ -235,11 +262,17 @@ impl Worker {
     /// Dropping the returned future instead stops everything abruptly, as a crash would: the
     /// jobs it held are reaped when their leases expire.
     ///
+    /// Any future is a shutdown signal, whatever it returns:
+    /// `worker.run(tokio::signal::ctrl_c())` works as written.
+    ///
     /// Returns an error if one of the worker's own tasks (a queue's claim loop, the outcome
     /// writer, a service) panicked: the worker then shuts down as above and reports it, and
     /// does not serve on without it.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<RunStats> {
-        self.run_mode(Mode::Serve, shutdown).await
+    pub async fn run(self, shutdown: impl Future + Send) -> Result<RunStats> {
+        self.run_mode(Mode::Serve, async move {
+            let _ = shutdown.await;
+        })
+        .await
     }
 
     /// Processes what is ready in the worker's queues and returns when nothing is (no job
@@ -256,11 +289,11 @@ impl Worker {
     /// [`WorkerConfig::shutdown_timeout`], then cancels the rest and puts them back in the
     /// queue at once without spending an attempt. For a draining worker that a signal may
     /// stop (`skiplock work --drain` passes SIGINT/SIGTERM).
-    pub async fn run_until_idle_or(
-        self,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<RunStats> {
-        self.run_mode(Mode::UntilIdle, shutdown).await
+    pub async fn run_until_idle_or(self, shutdown: impl Future + Send) -> Result<RunStats> {
+        self.run_mode(Mode::UntilIdle, async move {
+            let _ = shutdown.await;
+        })
+        .await
     }
 
     /// The state the worker's tasks share, with the runtime's own pool of `runtime_pool`

@@ -28,12 +28,20 @@ pub struct RunStats {
     pub claimed: u64,
     /// Jobs marked done.
     pub done: u64,
-    /// Attempts that failed and will be retried.
+    /// Attempts that failed and will be retried (outcome `retry`).
     pub retried: u64,
-    /// Jobs marked failed (permanent error, or out of attempts).
+    /// Jobs marked failed: discarded ([`JobError::Discard`](crate::JobError::Discard)), or
+    /// out of attempts.
     pub failed: u64,
-    /// Jobs put back in the queue without spending an attempt (snoozed, or handed back at
-    /// shutdown).
+    /// Jobs the handler snoozed ([`JobError::Snooze`](crate::JobError::Snooze)): back in
+    /// the queue for later, without spending an attempt.
+    pub snoozed: u64,
+    /// Jobs handed back to the queue without spending an attempt and at their old place in
+    /// line: cancelled at the end of a shutdown's grace, or of a kind this worker has no
+    /// handler for.
+    pub handed_back: u64,
+    /// `snoozed + handed_back`.
+    #[deprecated(since = "0.2.0", note = "counted apart: snoozed and handed_back")]
     pub requeued: u64,
     /// Results dropped because the job was no longer this worker's (lease lost).
     pub lost: u64,
@@ -59,11 +67,17 @@ impl StatsHandle {
         self.0.listen_deaf.load(Ordering::Relaxed)
     }
 
-    /// The worker's events from now on (see [`WorkerEvent`]), for tests that wait for
-    /// something to happen. Not part of the stable API.
-    #[doc(hidden)]
-    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+    /// Subscribes to the worker's events from now on (see
+    /// [`Worker::subscribe`](crate::Worker::subscribe)), also while it runs.
+    pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent> {
         self.0.events.subscribe()
+    }
+
+    /// The old name of [`StatsHandle::subscribe`].
+    #[doc(hidden)]
+    #[deprecated(since = "0.2.0", note = "renamed StatsHandle::subscribe")]
+    pub fn events(&self) -> broadcast::Receiver<WorkerEvent> {
+        self.subscribe()
     }
 }
 
@@ -80,7 +94,8 @@ pub(crate) struct Counters {
     pub done: AtomicU64,
     pub retried: AtomicU64,
     pub failed: AtomicU64,
-    pub requeued: AtomicU64,
+    pub snoozed: AtomicU64,
+    pub handed_back: AtomicU64,
     pub lost: AtomicU64,
     pub reaped: AtomicU64,
     /// The LISTEN connection is down or hears nothing: poll instead.
@@ -91,12 +106,15 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn snapshot(&self) -> RunStats {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        #[allow(deprecated)]
         RunStats {
             claimed: l(&self.claimed),
             done: l(&self.done),
             retried: l(&self.retried),
             failed: l(&self.failed),
-            requeued: l(&self.requeued),
+            snoozed: l(&self.snoozed),
+            handed_back: l(&self.handed_back),
+            requeued: l(&self.snoozed) + l(&self.handed_back),
             lost: l(&self.lost),
             reaped: l(&self.reaped),
         }
@@ -112,7 +130,8 @@ impl Counters {
             JobEnd::Done => &self.done,
             JobEnd::Retried => &self.retried,
             JobEnd::Failed => &self.failed,
-            JobEnd::Requeued => &self.requeued,
+            JobEnd::Snoozed => &self.snoozed,
+            JobEnd::HandedBack => &self.handed_back,
             JobEnd::Lost => &self.lost,
         };
         Self::add(counter, 1);

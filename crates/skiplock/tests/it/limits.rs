@@ -42,7 +42,7 @@ fn recorder(seen: Shared) -> impl skiplock::Handler {
     move |payload: String, ctx: JobContext| {
         let seen = seen.clone();
         async move {
-            let p: P = serde_json::from_str(&payload).map_err(JobError::permanent)?;
+            let p: P = serde_json::from_str(&payload).map_err(JobError::discard)?;
             {
                 let mut s = seen.lock().unwrap();
                 let r = s.running.entry(p.key.clone()).or_default();
@@ -65,7 +65,7 @@ fn recorder(seen: Shared) -> impl skiplock::Handler {
                 s.events.push((p.key.clone(), p.n, false));
             }
             if p.fail {
-                return Err(JobError::permanent("asked to fail"));
+                return Err(JobError::discard("asked to fail"));
             }
             Ok(())
         }

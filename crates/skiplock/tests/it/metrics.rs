@@ -119,7 +119,7 @@ async fn the_worker_and_the_client_record_what_they_did() {
             Ok::<(), JobError>(())
         })
         .register_handler("perm", opts, |_p: String, _c: JobContext| async {
-            Err::<(), JobError>(JobError::permanent("no"))
+            Err::<(), JobError>(JobError::discard("no"))
         })
         .register_handler("again", opts, |_p: String, _c: JobContext| async {
             Err::<(), JobError>(JobError::retry("later"))

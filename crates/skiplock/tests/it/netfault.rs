@@ -63,7 +63,7 @@ async fn a_lost_reply_to_a_committed_completion_is_read_back_and_counted_once() 
         .poll_interval(Some(Duration::from_millis(200)))
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     let end = finished(&mut events, Duration::from_secs(20), id).await;
     stop.send(()).unwrap();
@@ -108,7 +108,7 @@ async fn a_half_open_connection_under_the_heartbeat_is_abandoned_within_the_boun
         .poll_interval(Some(Duration::from_millis(200)))
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     started.notified().await;
     // One renewal through the proxy first, so that the heartbeat's connection is open.
@@ -173,7 +173,7 @@ async fn partition_longer_than_the_lease(unfenced: bool) -> Partition {
         .poll_interval(Some(Duration::from_millis(200)))
         .build()
         .unwrap();
-    let mut a_events = a.events();
+    let mut a_events = a.subscribe();
     let (a_stop, a_handle) = spawn_worker(a);
     a_started.notified().await;
     proxy.partition();
@@ -197,7 +197,7 @@ async fn partition_longer_than_the_lease(unfenced: bool) -> Partition {
         .poll_interval(Some(Duration::from_millis(100)))
         .build()
         .unwrap();
-    let mut b_events = other.events();
+    let mut b_events = other.subscribe();
     let (b_stop, b_handle) = spawn_worker(other);
     tokio::time::timeout(Duration::from_secs(20), b_started.notified())
         .await
@@ -263,7 +263,7 @@ async fn a_silently_dropped_listen_connection_is_replaced_and_work_is_found_mean
     .poll_interval(Some(POLL))
     .build()
     .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     listening(&mut events, Duration::from_secs(10)).await;
     // Let the first self-test come back, so that the connection is one that hears.
@@ -335,14 +335,14 @@ async fn poll_off_a_silently_dropped_listen_connection_is_found_by_its_own_check
         .poll_interval(None)
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     listening(&mut events, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let flaky = b.client.enqueue(&NewJob::new("flaky", &1)).await.unwrap();
     assert_eq!(
         finished(&mut events, Duration::from_secs(5), flaky).await,
-        JobEnd::Requeued
+        JobEnd::Snoozed
     );
     let held = proxy.set(
         &Select::Startup("skiplock-listener".into()),

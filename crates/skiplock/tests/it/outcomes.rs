@@ -160,7 +160,7 @@ async fn an_error_text_the_database_cannot_encode_does_not_drop_the_batch() {
             "euro",
             JobOptions::default(),
             |_p: String, _c: JobContext| async {
-                Err::<(), JobError>(JobError::permanent("price 5 € 🎉 rejected"))
+                Err::<(), JobError>(JobError::discard("price 5 € 🎉 rejected"))
             },
         );
     let stats = Worker::builder(client.clone(), registry)

@@ -411,7 +411,7 @@ async fn a_schedule_added_while_listen_is_down_fires_after_the_reconnect() {
     .listen_url(&listen)
     .build()
     .unwrap();
-    let mut events = w.events();
+    let mut events = w.subscribe();
     let (stop, h) = spawn_worker(w);
     listening(&mut events, secs(10)).await;
     // Its first round found no schedule: the scheduler sleeps with no timer.
@@ -465,7 +465,7 @@ async fn a_scheduler_polls_while_listen_stays_down() {
     .listen_url(&listen)
     .build()
     .unwrap();
-    let mut events = w.events();
+    let mut events = w.subscribe();
     let (stop, h) = spawn_worker(w);
     listening(&mut events, secs(10)).await;
     tokio::time::sleep(secs(1)).await;

@@ -249,7 +249,7 @@ async fn with_the_poll_off_a_snoozed_job_runs_again() {
     );
     stop.send(()).unwrap();
     let stats = handle.await.unwrap();
-    assert_eq!((stats.requeued, stats.done), (1, 1));
+    assert_eq!((stats.snoozed, stats.handed_back, stats.done), (1, 0, 1));
 }
 
 /// With the poll off, a job the worker's reaper returns to the queue (its holder died) runs
@@ -574,7 +574,10 @@ async fn run_until_idle_or_stops_and_hands_back_when_told() {
     .expect("the drain did not stop")
     .unwrap();
     assert_eq!(started.load(Ordering::SeqCst), 2);
-    assert_eq!((stats.claimed, stats.requeued, stats.done), (2, 2, 0));
+    assert_eq!(
+        (stats.claimed, stats.handed_back, stats.snoozed, stats.done),
+        (2, 2, 0, 0)
+    );
     for id in &ids[..2] {
         let r = row(&b, *id).await;
         assert_eq!(

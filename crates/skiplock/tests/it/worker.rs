@@ -148,7 +148,7 @@ async fn four_workers_run_20_000_jobs_exactly_once() {
             .poll_interval(Some(Duration::from_millis(200)))
             .build()
             .unwrap();
-        let (mut events, done_tx) = (worker.events(), done_tx.clone());
+        let (mut events, done_tx) = (worker.subscribe(), done_tx.clone());
         tokio::spawn(async move {
             loop {
                 let sent = match events.recv().await {
@@ -240,7 +240,7 @@ async fn an_aborted_worker_job_is_reaped_and_done_elsewhere() {
     .poll_interval(Some(Duration::from_millis(100)))
     .build()
     .unwrap();
-    let mut events = second.events();
+    let mut events = second.subscribe();
     let (stop, handle) = spawn_worker(second);
     let reaped = wait_for(
         &mut events,
@@ -288,7 +288,7 @@ async fn wake_ups_come_from_notifications_and_survive_a_killed_listener() {
     .poll_interval(Some(Duration::from_secs(3600)))
     .build()
     .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     listening(&mut events, Duration::from_secs(10)).await;
     let first_pid = listener_pid(&b).await.unwrap();
@@ -336,7 +336,7 @@ impl Job for Typed {
     }
     async fn run(self, _ctx: JobContext) -> Result<(), JobError> {
         if self.n == 0 {
-            return Err(JobError::permanent("zero"));
+            return Err(JobError::discard("zero"));
         }
         Ok(())
     }
@@ -356,7 +356,7 @@ async fn each_outcome_ends_in_its_state() {
             Ok::<(), JobError>(())
         })
         .register_handler("permanent", opts, |_p: String, _c: JobContext| async {
-            Err::<(), JobError>(JobError::permanent("card declined"))
+            Err::<(), JobError>(JobError::discard("card declined"))
         })
         .register_handler("retryable", opts, |_p: String, _c: JobContext| async {
             let e: Result<(), std::io::Error> = Err(std::io::Error::other("SMTP 451"));
@@ -489,7 +489,7 @@ async fn heartbeats_keep_a_long_job_and_a_lost_lease_cancels_it() {
         .poll_interval(Some(Duration::from_millis(100)))
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     // Three times its lease, with a reaper running every 100 ms: still attempt 1.
     let end = finished(&mut events, Duration::from_secs(15), long).await;
@@ -664,7 +664,7 @@ async fn no_connection_is_idle_in_transaction_while_a_job_runs() {
         .heartbeat_interval(Duration::from_millis(200))
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     running.notified().await;
     // Watch the worker's connections for a while, heartbeats included. A short maintenance
@@ -760,7 +760,7 @@ async fn shutdown_hands_back_what_it_cancels_at_the_deadline() {
         .shutdown_timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     claimed(&mut events, Duration::from_secs(5), 2).await;
     stop.send(()).unwrap();
@@ -768,7 +768,7 @@ async fn shutdown_hands_back_what_it_cancels_at_the_deadline() {
         .await
         .expect("shutdown took far longer than its deadline")
         .unwrap();
-    assert_eq!(stats.requeued, 2);
+    assert_eq!((stats.handed_back, stats.snoozed), (2, 0));
     for (id, run_at) in ids.into_iter().zip(enqueued_run_at) {
         let r = b.client.get(id).await.unwrap().unwrap();
         // Queued at once (no lease to wait out), attempts kept, the attempt not charged, and
@@ -876,7 +876,7 @@ async fn an_idle_worker_with_polling_off_sends_nothing() {
         .idle_connection_timeout(Some(Duration::from_secs(1)))
         .build()
         .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     // Some real work first, so that the pool has connections and maintenance has run.
     let id = b.client.enqueue(&NewJob::new("k", &0)).await.unwrap();
@@ -997,7 +997,7 @@ async fn with_the_poll_off_a_worker_reaps_at_start_and_when_a_lease_it_read_ends
     // A lease that ended before the worker started: reaped at start, not after an hour.
     let expired = dead_workers_job(&b, -1_000).await;
     let w = worker(Duration::from_secs(3600));
-    let mut events = w.events();
+    let mut events = w.subscribe();
     let (stop, handle) = spawn_worker(w);
     assert_eq!(
         finished(&mut events, Duration::from_secs(10), expired).await,
@@ -1009,7 +1009,7 @@ async fn with_the_poll_off_a_worker_reaps_at_start_and_when_a_lease_it_read_ends
     // A lease that ends while the worker is idle. Its insert wakes the worker once (a round
     // on the interval then reads the lease); after that nothing is sent to the worker.
     let w = worker(Duration::from_millis(500));
-    let mut events = w.events();
+    let mut events = w.subscribe();
     let (stop, handle) = spawn_worker(w);
     listening(&mut events, Duration::from_secs(10)).await;
     let orphan = dead_workers_job(&b, 3_000).await;
@@ -1036,9 +1036,12 @@ async fn a_claim_loop_that_panics_ends_the_worker_with_an_error() {
         .panic_in_claim_loop_for_tests()
         .build()
         .unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(30), worker.run(std::future::pending()))
-        .await
-        .expect("the worker served on without its claim loop");
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        worker.run(std::future::pending::<()>()),
+    )
+    .await
+    .expect("the worker served on without its claim loop");
     let e = r.expect_err("a worker whose claim loop panicked returned its counts");
     assert!(matches!(e, skiplock::Error::TaskDied(_)), "{e:?}");
     assert_eq!(
@@ -1108,7 +1111,7 @@ async fn a_kind_without_a_handler_costs_no_attempt_and_waits_for_a_worker_that_h
         .build()
         .unwrap();
         async move {
-            let mut events = w.events();
+            let mut events = w.subscribe();
             let (stop, handle) = spawn_worker(w);
             let end = finished(&mut events, Duration::from_secs(10), other).await;
             stop.send(()).unwrap();
@@ -1116,7 +1119,7 @@ async fn a_kind_without_a_handler_costs_no_attempt_and_waits_for_a_worker_that_h
             end
         }
     };
-    assert_eq!(serve_until_it_ends("a").await, JobEnd::Requeued);
+    assert_eq!(serve_until_it_ends("a").await, JobEnd::HandedBack);
     let row = b.client.get(other).await.unwrap().unwrap();
     assert_eq!(row.state, JobState::Queued, "{row:?}");
     assert!(

@@ -33,7 +33,7 @@ fn recorder(runs: Runs) -> impl skiplock::Handler {
     move |payload: String, ctx: JobContext| {
         let runs = runs.clone();
         async move {
-            let p: P = serde_json::from_str(&payload).map_err(JobError::permanent)?;
+            let p: P = serde_json::from_str(&payload).map_err(JobError::discard)?;
             let start = Instant::now();
             let parents = ctx.parent_outputs().await?;
             tokio::time::sleep(Duration::from_millis(p.ms)).await;
@@ -46,7 +46,7 @@ fn recorder(runs: Runs) -> impl skiplock::Handler {
                 .unwrap()
                 .push((p.name.clone(), start, Instant::now()));
             if p.fail {
-                return Err(JobError::permanent(format!("{} asked to fail", p.name)));
+                return Err(JobError::discard(format!("{} asked to fail", p.name)));
             }
             Ok(())
         }
@@ -716,7 +716,7 @@ async fn outputs_are_stored_with_the_completion_and_refused_past_the_limit() {
         "out",
         JobOptions::default(),
         |payload: String, ctx: JobContext| async move {
-            let n: usize = serde_json::from_str(&payload).map_err(JobError::permanent)?;
+            let n: usize = serde_json::from_str(&payload).map_err(JobError::discard)?;
             ctx.set_output(&"x".repeat(n))?;
             Ok::<(), JobError>(())
         },
@@ -757,7 +757,7 @@ async fn complete_tx_commits_the_handlers_writes_and_the_completion_together() {
         move |payload: String, ctx: JobContext| {
             let schema = schema.clone();
             async move {
-                let mode: String = serde_json::from_str(&payload).map_err(JobError::permanent)?;
+                let mode: String = serde_json::from_str(&payload).map_err(JobError::discard)?;
                 let mut conn = ctx.client().pool().get().await?;
                 let tx = conn.transaction().await?;
                 tx.execute(
@@ -849,7 +849,7 @@ async fn complete_tx_works_inside_an_sqlx_transaction() {
             let pool = pool.clone();
             let schema = schema.clone();
             async move {
-                let commit: bool = serde_json::from_str(&payload).map_err(JobError::permanent)?;
+                let commit: bool = serde_json::from_str(&payload).map_err(JobError::discard)?;
                 let mut tx = pool.begin().await?;
                 sqlx::query(&format!("INSERT INTO \"{schema}\".effects VALUES ($1)"))
                     .bind(ctx.id.0)
