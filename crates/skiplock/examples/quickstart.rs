@@ -1,4 +1,4 @@
-//! The README's example, runnable: `DATABASE_URL=postgres://... cargo run --example quickstart`
+//! The guide's "claiming by hand" example (docs/GUIDE.md), runnable: `DATABASE_URL=postgres://... cargo run --example quickstart`
 //! (or with `DATABASE_URL=$(skiplock pg url)`).
 
 use std::time::Duration;

@@ -104,3 +104,8 @@ pub mod reexports {
     pub use deadpool_postgres;
     pub use tokio_postgres;
 }
+
+/// The README's Rust examples, compiled with the doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

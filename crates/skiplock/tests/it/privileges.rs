@@ -7,7 +7,7 @@ use skiplock::{Client, JobContext, JobError, JobOptions, NewJob, PruneOptions, R
 
 use crate::support::setup;
 
-/// The README's grants, for `role` on `schema` (both quoted by the caller).
+/// The grants of docs/OPERATIONS.md (least privilege), for `role` on `schema` (both quoted by the caller).
 fn grants(schema: &str, role: &str) -> String {
     format!(
         "GRANT USAGE ON SCHEMA {schema} TO {role};

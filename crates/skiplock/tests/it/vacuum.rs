@@ -95,7 +95,7 @@ impl std::io::Write for Captured {
     }
 }
 
-/// A role with only the README's grants may not vacuum: the worker says so once (not once
+/// A role with only the grants of docs/OPERATIONS.md may not vacuum: the worker says so once (not once
 /// per round), leaves the table to autovacuum, and goes on working.
 // One thread: the capturing subscriber is the thread's default, and every task runs on it.
 #[tokio::test(flavor = "current_thread")]
