@@ -112,7 +112,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         // The worker processes are this command.
         options.program = Some(std::env::current_exe()?);
     }
-    options.check(asked)?;
+    suite::check(asked, &options)?;
     if asked == suite::Scenario::All && !args.json {
         errln!(
             "skiplock bench all: expect {}",

@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use super::{Section, Sitting};
+use super::report::Section;
+use super::sitting::Sitting;
 use crate::bench;
 use crate::error::Result;
 

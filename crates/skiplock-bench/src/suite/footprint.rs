@@ -6,9 +6,20 @@ use std::time::Duration;
 
 use skiplock::WorkerConfig;
 
-use super::{thousands, Scenario, Section, Sitting};
+use super::options::{Options, Scenario};
+use super::report::{thousands, Section};
+use super::sitting::Sitting;
 use crate::bench::{self, FootprintPoint, FOOTPRINT_MAX_BOUND, FOOTPRINT_MEDIAN_BOUND};
 use crate::error::Result;
+
+/// Refuses a rate that is not above 0 and finite, when the scenario is asked for alone (when
+/// everything runs, the rate is the latency scenario's).
+pub(super) fn check(asked: Scenario, o: &Options) -> Result<()> {
+    if asked == Scenario::Footprint {
+        o.check_rate()?;
+    }
+    Ok(())
+}
 
 pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let q = s.quick();

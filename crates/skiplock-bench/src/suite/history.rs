@@ -2,9 +2,19 @@
 
 use std::fmt::Write as _;
 
-use super::{Section, Sitting};
+use super::options::Options;
+use super::report::Section;
+use super::sitting::Sitting;
 use crate::bench;
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// Refuses a negative number of finished rows.
+pub(super) fn check(o: &Options) -> Result<()> {
+    if o.sizes.iter().any(|s| *s < 0) {
+        return Err(Error::refused("--sizes must not be negative"));
+    }
+    Ok(())
+}
 
 pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let q = s.quick();

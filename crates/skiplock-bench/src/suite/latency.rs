@@ -3,9 +3,16 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{Section, Sitting};
+use super::options::Options;
+use super::report::Section;
+use super::sitting::Sitting;
 use crate::bench;
 use crate::error::Result;
+
+/// Refuses a rate that is not above 0 and finite.
+pub(super) fn check(o: &Options) -> Result<()> {
+    o.check_rate()
+}
 
 pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let q = s.quick();

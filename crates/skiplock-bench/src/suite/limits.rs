@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use skiplock::{QueueLimits as L, WorkerConfig};
 
-use super::{median, thousands, Section, Sitting};
+use super::report::{median, thousands, Section};
+use super::sitting::Sitting;
 use crate::bench::{self, WorkerSetup as W};
 use crate::error::Result;
 

@@ -5,13 +5,22 @@ use std::fmt::Write as _;
 
 use skiplock::WorkerConfig;
 
-use super::{Section, Sitting};
+use super::options::Options;
+use super::report::Section;
+use super::sitting::Sitting;
 use crate::bench;
 use crate::error::{Error, Result};
 
 /// What the scenario says without a program to start its workers from.
-pub(super) const NO_PROGRAM: &str =
-    "the processes scenario needs the program to start its workers from";
+const NO_PROGRAM: &str = "the processes scenario needs the program to start its workers from";
+
+/// Refuses to run without a program to start the workers from.
+pub(super) fn check(o: &Options) -> Result<()> {
+    if o.program.is_none() {
+        return Err(Error::refused(NO_PROGRAM));
+    }
+    Ok(())
+}
 
 pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let q = s.quick();

@@ -137,9 +137,47 @@ async fn server_version(url: &str) -> Option<String> {
     client.server_version().await.ok()
 }
 
+/// The median of some runs (0 for none).
+pub(super) fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// A whole number with a comma between each group of three digits (`10,000`).
+pub(super) fn thousands(n: impl std::fmt::Display) -> String {
+    let text = n.to_string();
+    let (sign, digits) = match text.strip_prefix('-') {
+        Some(d) => ("-", d),
+        None => ("", text.as_str()),
+    };
+    let mut out = sign.to_owned();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        for (n, s) in [
+            (0, "0"),
+            (100, "100"),
+            (1_000, "1,000"),
+            (65_432, "65,432"),
+            (10_000_000, "10,000,000"),
+            (-6_000, "-6,000"),
+        ] {
+            assert_eq!(thousands(n), s);
+        }
+    }
 
     #[test]
     fn markdown_has_the_head_each_section_and_the_targets() {

@@ -6,9 +6,16 @@ use std::fmt::Write as _;
 
 use skiplock::WorkerConfig;
 
-use super::{Options, Scenario, Section, Sitting};
+use super::options::{Options, Scenario};
+use super::report::{thousands, Section};
+use super::sitting::Sitting;
 use crate::bench::{self, CeilingPoint, ThroughputPoint, WorkerSetup as W};
 use crate::error::Result;
+
+/// Refuses a worker setting of 0.
+pub(super) fn check(o: &Options) -> Result<()> {
+    o.check_worker()
+}
 
 /// The throughput scenario's runs: which ceiling shapes, which worker points.
 struct Plan {
@@ -269,7 +276,7 @@ fn targets(s: &mut Sitting<'_>, plan: &Plan, runs: &Runs) -> Option<f64> {
 fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
     let config = WorkerConfig::default();
     let ceiling_batch = config.max_claim_batch;
-    let max_finish = super::thousands(config.max_finish_batch);
+    let max_finish = thousands(config.max_finish_batch);
     let (ceilings, rows, frozen, best_ceiling) =
         (&runs.ceilings, &runs.rows, &runs.frozen, runs.best_ceiling);
     let frozen_concurrency = plan.frozen_concurrency;

@@ -6,7 +6,9 @@
 
 use std::fmt::Write as _;
 
-use super::{median, Options, Section, Sitting};
+use super::options::Options;
+use super::report::{median, Section};
+use super::sitting::Sitting;
 use crate::bench::{self, FlowShape as F, WorkerSetup};
 use crate::error::{Error, Result};
 
@@ -24,8 +26,10 @@ fn chains(o: &Options) -> usize {
     }
 }
 
-/// Refuses a number of jobs that makes no chain, or more than one workflow holds.
+/// Refuses a worker setting of 0, and a number of jobs that makes no chain or more than one
+/// workflow holds.
 pub(super) fn check(o: &Options) -> Result<()> {
+    o.check_worker()?;
     let (jobs, least) = (jobs(o), chains(o).max(10));
     if jobs < least {
         return Err(Error::refused(format!(
