@@ -6,6 +6,13 @@
 //! finished section goes to an [`Observer`] as it comes, and the [`Report`] (the sections
 //! and the [`Target`]s) is returned at the end. One file per scenario, each one section of
 //! the report: what it refuses of the options, and its run.
+//!
+//! Options refused run nothing (tested by `crates/skiplock-bench/tests/suite.rs`
+//! `refused_options_run_nothing`); what the observer is told is what the report holds, and
+//! the runs a scenario plans are the runs it tells of (there,
+//! `the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end`); every scenario
+//! runs and prints its points (`crates/skiplock-cli/tests/cli.rs`
+//! `bench_quick_runs_every_scenario`).
 
 use crate::error::{Error, Result};
 
