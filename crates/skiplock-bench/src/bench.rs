@@ -1,5 +1,8 @@
 //! Benchmarks (`skiplock bench`): figures measured as ratios in one run on one machine.
-//! Every scenario works in scratch schemas of its own and drops them afterwards.
+//! Every function here is one kind of run, in scratch schemas of its own that it drops
+//! afterwards; which runs each scenario makes, and its report, are the [`suite`]'s.
+//!
+//! [`suite`]: crate::suite
 //!
 //! - [`throughput`]: no-op jobs through a worker set up as a [`WorkerSetup`]; [`ceiling`]:
 //!   the same claim and finish statements issued back to back by raw-SQL loops with no
@@ -357,8 +360,9 @@ pub async fn ceiling(
 
 /// The ceiling with the worker's shape: `loops` claim loops, each on its own connection,
 /// hand what they claim to one finishing loop on a connection of its own, which writes every
-/// outcome that has arrived (up to 1,000, the worker's `max_finish_batch`) in one statement
-/// while the claim loops go on claiming. The same two statements as [`ceiling`].
+/// outcome that has arrived (up to the worker's default [`WorkerConfig::max_finish_batch`])
+/// in one statement while the claim loops go on claiming. The same two statements as
+/// [`ceiling`].
 pub async fn ceiling_pipelined(
     url: &str,
     base: &str,
@@ -366,7 +370,7 @@ pub async fn ceiling_pipelined(
     batch: u32,
     loops: usize,
 ) -> Result<CeilingPoint> {
-    const MAX_FINISH: usize = 1_000;
+    let max_finish = WorkerConfig::default().max_finish_batch;
     let loops = loops.max(1);
     let s = Scratch::new(url, base, "ceilp", loops + 2).await?;
     s.fill(jobs).await?;
@@ -399,7 +403,7 @@ pub async fn ceiling_pipelined(
         let mut done = 0usize;
         while let Some(first) = rx.recv().await {
             let mut pending = first;
-            while pending.len() < MAX_FINISH {
+            while pending.len() < max_finish {
                 match rx.try_recv() {
                     Ok(more) => pending.extend(more),
                     Err(_) => break,

@@ -2,9 +2,10 @@
 //! schema, and the calls that bind and decode them (the lab's statements, and the queue's
 //! own claim and finish, which are skiplock's).
 //!
-//! Each file in `queries/` is one statement. `{schema}` in a file is replaced by the
-//! validated, quoted schema name; full-line `--` comments and blank lines are dropped.
-//! Parameters are always bound, never spliced.
+//! Each file in `queries/` is one statement, rendered by skiplock's own renderer
+//! ([`Schema::render`]): `{schema}` in a file is replaced by the validated, quoted schema
+//! name; full-line `--` comments and blank lines are dropped. Parameters are always bound,
+//! never spliced.
 
 use std::time::Duration;
 
@@ -58,18 +59,10 @@ statements! {
 }
 
 impl Statement {
-    /// The statement as it is sent for `schema`: `{schema}` filled in with the quoted name,
-    /// full-line comments and blank lines dropped.
+    /// The statement as it is sent for `schema` ([`Schema::render`]): `{schema}` filled in
+    /// with the quoted name, full-line comments and blank lines dropped.
     pub fn sql(self, schema: &Schema) -> String {
-        self.template()
-            .lines()
-            .filter(|l| {
-                let t = l.trim_start();
-                !t.is_empty() && !t.starts_with("--")
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-            .replace("{schema}", schema.quoted())
+        schema.render(self.template())
     }
 }
 

@@ -27,6 +27,14 @@ pub enum Error {
         reason: String,
     },
 
+    /// An option of a [`suite`](crate::suite) run was refused before anything ran; the
+    /// message names it as `skiplock bench` spells it (`--jobs must be at least 1`).
+    #[error("{message}")]
+    Refused {
+        /// What was refused, and why.
+        message: String,
+    },
+
     /// A task of the scenario failed (it panicked or was cancelled): a runtime failure, not
     /// a refused input.
     #[error("{what} failed")]
@@ -63,7 +71,7 @@ impl Error {
     /// Whether the input was refused before anything ran.
     pub fn is_invalid_input(&self) -> bool {
         match self {
-            Error::Invalid { .. } => true,
+            Error::Invalid { .. } | Error::Refused { .. } => true,
             Error::Skiplock(e) => e.is_invalid_input(),
             _ => false,
         }
@@ -73,6 +81,12 @@ impl Error {
         Error::Invalid {
             what,
             reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn refused(message: impl Into<String>) -> Self {
+        Error::Refused {
+            message: message.into(),
         }
     }
 

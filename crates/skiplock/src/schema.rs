@@ -86,6 +86,33 @@ impl Schema {
     pub fn channel_quoted(&self) -> String {
         format!("\"{}\"", self.channel)
     }
+
+    /// A statement template rendered for this schema, as skiplock renders the files of its
+    /// own `queries/`: `{schema}` becomes the quoted name ([`Schema::quoted`]); full-line
+    /// `--` comments and blank lines are dropped, so that they are not sent with every call.
+    /// For crates that keep their own statements in files beside skiplock's; parameters are
+    /// still bound, never spliced.
+    ///
+    /// ```
+    /// let schema = skiplock::Schema::new("My-App")?;
+    /// let template = "-- The oldest job.\nSELECT id\n\n  FROM {schema}.jobs ORDER BY id LIMIT 1";
+    /// assert_eq!(
+    ///     schema.render(template),
+    ///     "SELECT id\n  FROM \"My-App\".jobs ORDER BY id LIMIT 1"
+    /// );
+    /// # Ok::<(), skiplock::Error>(())
+    /// ```
+    pub fn render(&self, template: &str) -> String {
+        template
+            .lines()
+            .filter(|l| {
+                let t = l.trim_start();
+                !(t.is_empty() || t.starts_with("--"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace("{schema}", &self.quoted)
+    }
 }
 
 impl Default for Schema {
@@ -133,6 +160,34 @@ mod tests {
             let s = Schema::new(ok).unwrap();
             assert_eq!(s.quoted(), format!("\"{ok}\""));
         }
+    }
+
+    #[test]
+    fn render_quotes_the_schema_and_drops_comments_and_blank_lines() {
+        let s = Schema::new("Tenant-1.jobs").unwrap();
+        let sql = s.render(
+            "-- A comment, {schema} in it too.\n\
+             SELECT count(*)\n\
+             \n   \n\
+             \x20   -- an indented comment\n\
+             \x20 FROM {schema}.jobs -- a comment at a line's end is kept\n\
+             \x20WHERE queue = $1",
+        );
+        assert_eq!(
+            sql,
+            "SELECT count(*)\n  FROM \"Tenant-1.jobs\".jobs -- a comment at a line's end is kept\n WHERE queue = $1"
+        );
+    }
+
+    #[test]
+    fn render_leaves_a_template_without_the_schema_as_it_is() {
+        let s = Schema::new("x").unwrap();
+        assert_eq!(
+            s.render("SELECT pg_notification_queue_usage()\nLIMIT 1\n"),
+            "SELECT pg_notification_queue_usage()\nLIMIT 1"
+        );
+        assert_eq!(s.render("-- only a comment\n\n"), "");
+        assert_eq!(s.render(""), "");
     }
 
     #[test]

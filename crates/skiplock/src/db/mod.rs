@@ -241,26 +241,21 @@ pub(crate) fn render(template: &str, schema: &Schema) -> String {
     render_with(template, schema, Fence::On)
 }
 
-/// [`render`], and `{channel}` becomes the schema's notification channel as a string literal
-/// (safe: a validated schema name holds no quote). A line ending in `-- fence` is the
+/// [`Schema::render`], and `{channel}` becomes the schema's notification channel as a string
+/// literal (safe: a validated schema name holds no quote). A line ending in `-- fence` is the
 /// attempt part of a guard: kept (without the marker) normally, dropped with [`Fence::Off`].
 fn render_with(template: &str, schema: &Schema, fence: Fence) -> String {
-    template
+    let fenced = template
         .lines()
-        .filter_map(|l| {
-            let t = l.trim_start();
-            if t.is_empty() || t.starts_with("--") {
-                return None;
-            }
-            match l.trim_end().strip_suffix(FENCE_MARK) {
-                Some(_) if fence == Fence::Off => None,
-                Some(kept) => Some(kept.trim_end()),
-                None => Some(l),
-            }
+        .filter_map(|l| match l.trim_end().strip_suffix(FENCE_MARK) {
+            Some(_) if fence == Fence::Off => None,
+            Some(kept) => Some(kept.trim_end()),
+            None => Some(l),
         })
         .collect::<Vec<_>>()
-        .join("\n")
-        .replace("{schema}", schema.quoted())
+        .join("\n");
+    schema
+        .render(&fenced)
         .replace("{channel}", &format!("'{}'", schema.channel()))
 }
 

@@ -1,0 +1,108 @@
+//! The limits scenario: the flow-control overhead. Each setup three times, interleaved (so
+//! that a drift of the machine hits them alike), the median of each against the median of
+//! the same jobs without limits, and against the best raw-SQL ceiling of the same sitting.
+
+use std::fmt::Write as _;
+
+use skiplock::{QueueLimits as L, WorkerConfig};
+
+use super::report::{median, thousands, Section};
+use super::sitting::Sitting;
+use crate::bench::{self, WorkerSetup as W};
+use crate::error::Result;
+
+pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
+    let (url, base) = (s.url, s.base);
+    let jobs = s
+        .options
+        .jobs
+        .unwrap_or(if s.quick() { 2_000 } else { 50_000 });
+    let concurrency = 200;
+    let keys = 1_000;
+    let batch = WorkerConfig::default().max_claim_batch;
+    let mut ceiling = 0.0f64;
+    for loops in [2, 4] {
+        ceiling = ceiling.max(
+            bench::ceiling(url, base, jobs, batch, loops)
+                .await?
+                .jobs_per_s,
+        );
+        ceiling = ceiling.max(
+            bench::ceiling_pipelined(url, base, jobs, batch, loops)
+                .await?
+                .jobs_per_s,
+        );
+    }
+    let k = thousands(keys);
+    let setups: [(String, W); 4] = [
+        ("no limits".into(), W::defaults(concurrency)),
+        (
+            "concurrency limit 10,000 (does not bind)".into(),
+            W::defaults(concurrency).limits(L::none().concurrency(10_000)),
+        ),
+        (
+            format!("{k} keys, no limits"),
+            W::defaults(concurrency).keys(keys),
+        ),
+        (
+            format!("{k} keys, per-key limit 2"),
+            W::defaults(concurrency)
+                .keys(keys)
+                .limits(L::none().per_key(2)),
+        ),
+    ];
+    let rounds = if s.quick() { 1 } else { 3 };
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+    for _ in 0..rounds {
+        for (i, (name, w)) in setups.iter().enumerate() {
+            let p = bench::throughput(url, base, jobs, w).await?;
+            s.point(serde_json::json!({
+                "scenario": "limits", "setup": name, "jobs": p.jobs,
+                "concurrency": concurrency, "jobs_per_s": p.jobs_per_s,
+                "ceiling_jobs_per_s": ceiling,
+            }));
+            rates[i].push(p.jobs_per_s);
+        }
+    }
+    let medians: Vec<f64> = rates.iter().map(|r| median(r)).collect();
+    let plain = medians[0].max(1e-9);
+    let mut t = String::from(
+        "| setup | runs (jobs/s) | median jobs/s | of the same jobs without limits | of the ceiling |
+|---|---|---:|---:|---:|
+",
+    );
+    for (i, (name, _)) in setups.iter().enumerate() {
+        let runs: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
+        let _ = writeln!(
+            t,
+            "| {name} | {} | {:.0} | {:.0}% | {:.0}% |",
+            runs.join(", "),
+            medians[i],
+            100.0 * medians[i] / if i < 2 { plain } else { medians[2].max(1e-9) },
+            100.0 * medians[i] / ceiling.max(1e-9),
+        );
+    }
+    let _ = writeln!(
+        t,
+        "
+Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keyed runs spread the jobs evenly over {keys} keys. Each setup ran {rounds} times, interleaved. Ceiling: the best of the raw-SQL loops (2 and 4 claim-and-finish loops, 2 and 4 claim loops + 1 finish loop) in the same sitting, {ceiling:.0} jobs/s."
+    );
+    // Each limited run against the same jobs without limits: the plain jobs for the limit
+    // that does not bind, the keyed jobs for the per-key limit.
+    let nonbinding = medians[1] / plain;
+    let per_key = medians[3] / medians[2].max(1e-9);
+    s.target(
+        "a limit that does not bind: >= 90% of no limits",
+        format!("{:.0}%", 100.0 * nonbinding),
+        Some(nonbinding >= 0.9),
+    );
+    s.target(
+        format!("a per-key limit of 2 over {k} keys: >= 80% of the same keyed jobs without limits"),
+        format!("{:.0}%", 100.0 * per_key),
+        Some(per_key >= 0.8),
+    );
+    Ok(Section {
+        title: format!("Flow control ({jobs} no-op jobs per run)"),
+        table: t,
+    })
+}

@@ -1,0 +1,135 @@
+//! The suite of `skiplock bench` at tiny sizes, through its public API: what the observer is
+//! told as it goes is what the report holds at the end, the progress of a planned scenario
+//! adds up, and options it refuses run nothing.
+#![allow(clippy::unwrap_used)]
+
+use skiplock_bench::suite::{self, Header, Observer, Options, Scenario, Section};
+use skiplock_testdb::TestDb;
+
+/// The scratch schemas of the benchmarks run under `db`'s schema that are left.
+async fn left(db: &TestDb) -> i64 {
+    db.connect()
+        .await
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1",
+            &[&format!("{}_bench_%", db.schema())],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Everything the suite told, in order.
+#[derive(Default)]
+struct Recorder {
+    points: Vec<serde_json::Value>,
+    sections: Vec<Section>,
+    planned: Vec<(Scenario, usize)>,
+    runs: Vec<String>,
+    ran: usize,
+}
+
+impl Observer for Recorder {
+    fn point(&mut self, point: serde_json::Value) {
+        self.points.push(point);
+    }
+
+    fn section(&mut self, section: &Section) {
+        self.sections.push(section.clone());
+    }
+
+    fn planned(&mut self, scenario: Scenario, runs: usize) {
+        self.planned.push((scenario, runs));
+    }
+
+    fn run(&mut self, what: &str) {
+        assert_eq!(
+            self.runs.len(),
+            self.ran,
+            "a run starts before the last one ended"
+        );
+        self.runs.push(what.to_owned());
+    }
+
+    fn ran(&mut self) {
+        self.ran += 1;
+    }
+}
+
+fn quick() -> Options {
+    let mut o = Options::default();
+    o.quick = true;
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end() {
+    let db = TestDb::new().await;
+    let mut o = quick();
+    o.jobs = Some(300);
+    let mut seen = Recorder::default();
+    for asked in [Scenario::Throughput, Scenario::Enqueue] {
+        let report = suite::run(db.url(), db.schema(), asked, &o, &mut seen)
+            .await
+            .unwrap();
+        assert_eq!(report.sections.len(), 1, "{asked:?}");
+        assert_eq!(seen.sections.last(), report.sections.last());
+        assert!(!report.targets.is_empty(), "{asked:?}");
+        let md = report.markdown(&Header::read(db.url(), "bench throughput --quick").await);
+        assert!(md.starts_with("# Benchmarks\n"), "{md}");
+        assert!(
+            md.contains(&format!("\n## {}\n\n", report.sections[0].title)),
+            "{md}"
+        );
+        assert!(md.contains("\n## Targets\n\n| target | measured | met |\n"));
+        assert!(
+            !md.contains("PostgreSQL unknown"),
+            "the server was asked: {md}"
+        );
+    }
+    assert_eq!(
+        seen.sections[0].title,
+        "Throughput (300 no-op jobs per run)"
+    );
+    assert_eq!(seen.sections[1].title, "Enqueue");
+
+    // The planned runs are the runs made, each told before and after.
+    assert_eq!(seen.planned.len(), 1, "{:?}", seen.planned);
+    let (scenario, runs) = seen.planned[0];
+    assert_eq!(scenario, Scenario::Throughput);
+    assert!(runs > 0);
+    assert_eq!(seen.runs.len(), runs, "{:?}", seen.runs);
+    assert_eq!(seen.ran, runs);
+
+    // The points, as `skiplock bench --json` prints them.
+    let of = |s: &str| seen.points.iter().filter(|p| p["scenario"] == s).count();
+    assert!(of("throughput-ceiling") >= 2);
+    assert_eq!(of("throughput"), 2);
+    assert_eq!(of("throughput-frozen"), 1);
+    assert_eq!(of("throughput-defaults"), 1);
+    assert_eq!(of("enqueue"), 4);
+    assert_eq!(seen.points.len(), of("throughput-ceiling") + 2 + 1 + 1 + 4);
+    assert_eq!(left(&db).await, 0, "the scratch schemas are dropped");
+}
+
+#[tokio::test]
+async fn refused_options_run_nothing() {
+    let db = TestDb::new().await;
+    let mut o = quick();
+    o.sizes = vec![-1];
+    let mut seen = Recorder::default();
+    let e = suite::run(db.url(), db.schema(), Scenario::All, &o, &mut seen)
+        .await
+        .unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
+    assert_eq!(e.to_string(), "--sizes must not be negative");
+    assert!(seen.points.is_empty() && seen.sections.is_empty() && seen.planned.is_empty());
+    // Without the program to start workers from, the processes scenario is refused, and
+    // nothing else ran before it.
+    let e = suite::run(db.url(), db.schema(), Scenario::All, &quick(), &mut ())
+        .await
+        .unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
+    assert_eq!(left(&db).await, 0);
+}
