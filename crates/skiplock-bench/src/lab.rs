@@ -391,7 +391,7 @@ pub async fn vacuum(
         client.enqueue_many(chunk).await?;
     }
     let claim = Statement::LabClaimSkipLockedDone.sql(schema);
-    let (vac, mut notices) = client.connect_with_notices().await?;
+    let (vac, mut notices) = connect_with_notices(url).await?;
     vac.batch_execute(&Statement::LabVacuum.sql(schema))
         .await
         .map_err(Error::db(OP))?;
@@ -519,4 +519,38 @@ mod tests {
         ];
         assert_eq!(super::tuples_line(&lines), (2001, 0));
     }
+}
+
+/// A connection of the lab's own, outside any pool, whose notices (the report of `VACUUM
+/// (VERBOSE)`) arrive on the receiver, in order. Plain TCP or a Unix socket: the lab runs on
+/// a scratch database, and a URL that requires TLS is refused with a one-line error.
+async fn connect_with_notices(
+    url: &str,
+) -> Result<(
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<DbError>,
+)> {
+    const OP: &str = "open the lab's VACUUM connection";
+    let cfg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Database { op: OP, source: e })?;
+    if cfg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+        return Err(Error::Invalid {
+            what: "database URL",
+            reason: "the lab's VACUUM connection does not use TLS (sslmode=require): run the lab on a local or scratch database".into(),
+        });
+    }
+    let (client, mut conn) = cfg
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| Error::Database { op: OP, source: e })?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notice(n) = msg {
+                let _ = tx.send(n);
+            }
+        }
+    });
+    Ok((client, rx))
 }

@@ -54,7 +54,6 @@ mod job_id;
 mod maintenance;
 pub mod metrics;
 mod migrate;
-mod notices;
 mod outcome;
 pub mod periodic;
 mod queue;

@@ -47,7 +47,6 @@ pub use pruner::{PruneOptions, PruneReport};
 use crate::client::Client;
 use crate::db::Store;
 use crate::error::{error_chain, Result};
-use crate::input;
 
 /// One maintenance service: a round of work ([`Service::run_once`]) and the wait before the
 /// next ([`Service::next`]). [`drive`] runs it.
@@ -169,7 +168,7 @@ impl Client {
         ttl: Duration,
     ) -> Result<bool> {
         const OP: &str = "take a maintenance lock";
-        let ttl_us = input::micros("lock", ttl)?;
+        let ttl_us = crate::input::micros("lock", ttl)?;
         let conn = self.conn(OP).await?;
         self.store()
             .lock_acquire(&**conn, name, holder, ttl_us)
