@@ -460,6 +460,14 @@ pub struct JobRow {
     /// `waiting`: how many of [`JobRow::after`] are not done yet (`None` for a job that
     /// waits for none).
     pub waiting: Option<i32>,
+    /// `unique_key`: the job's uniqueness key (a SHA-256 hex digest of its
+    /// [`Unique`](crate::Unique) rule's fields), `None` for a job enqueued without a rule.
+    pub unique_key: Option<String>,
+    /// `unique_queued_only`: the rule lets a new job queue behind a running duplicate (the
+    /// claim then clears `unique_key`).
+    pub unique_queued_only: bool,
+    /// `has_children`: `Some(true)` once another job waits for this one ([`NewJob::after`]).
+    pub has_children: Option<bool>,
 }
 
 impl JobRow {
