@@ -5,6 +5,7 @@
 
 mod admin;
 mod bench;
+mod bulk;
 mod connect;
 mod database;
 mod demo;
@@ -153,7 +154,9 @@ fn main() -> ExitCode {
         // A closed standard error drops the log lines; the work goes on.
         .with_writer(|| QuietStderr)
         .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(output::colour(std::io::IsTerminal::is_terminal(
+            &std::io::stderr(),
+        )))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

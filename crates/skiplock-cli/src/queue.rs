@@ -220,16 +220,16 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             }
             outln!("schema {}", target.schema);
             outln!(
-                "{:<24} {:<7} {:>9} {:>9} {:>9} {:>11}  {:<24} {:<6} {:<20} by",
-                "queue",
-                "state",
-                "queued",
-                "ready",
-                "held",
-                "running",
-                "limits",
-                "bound",
-                "paused since"
+                "{:<24} {:<7} {:>9} {:>9} {:>9} {:>11}  {:<24} {:<6} {:<20} BY",
+                "QUEUE",
+                "STATE",
+                "QUEUED",
+                "READY",
+                "HELD",
+                "RUNNING",
+                "LIMITS",
+                "BOUND",
+                "PAUSED SINCE"
             );
             if queues.is_empty() {
                 outln!("(no queue has jobs or was ever paused or limited)");

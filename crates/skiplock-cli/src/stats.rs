@@ -87,17 +87,17 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     outln!("schema {}", target.schema);
     outln!(
-        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  {:<24} state",
-        "queue",
-        "queued",
-        "ready",
-        "held",
-        "running",
-        "done",
-        "failed",
-        "oldest ready",
-        "done/min",
-        "limits"
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  {:<24} STATE",
+        "QUEUE",
+        "QUEUED",
+        "READY",
+        "HELD",
+        "RUNNING",
+        "DONE",
+        "FAILED",
+        "OLDEST READY",
+        "DONE/MIN",
+        "LIMITS"
     );
     if h.queues.is_empty() {
         outln!("(no jobs)");
