@@ -53,6 +53,8 @@ impl fmt::Display for JobState {
 
 /// The queue a job goes to unless told otherwise.
 pub const DEFAULT_QUEUE: &str = "default";
+/// The kind of a job inserted without one (the `kind` column's default: plain SQL inserts).
+pub const DEFAULT_KIND: &str = "default";
 /// The article's default `max_attempts`.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 

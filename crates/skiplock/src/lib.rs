@@ -80,7 +80,8 @@ pub use error::{Error, Result};
 pub use handler::{BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry};
 pub use job::{
     Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, ReapedJob,
-    Relative, Retry, Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER, MAX_BATCH_BYTES,
+    Relative, Retry, Transition, DEFAULT_KIND, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER,
+    MAX_BATCH_BYTES,
 };
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
