@@ -20,7 +20,10 @@ pub struct JsonArgs {
 #[derive(Debug, clap::Args)]
 pub struct PruneArgs {
     /// Remove jobs that finished longer ago than this.
-    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    #[arg(long, value_parser = parse_duration,
+          default_value = crate::parse::text!(crate::parse::period_text(
+              PruneOptions::DEFAULT_OLDER_THAN
+          )))]
     older_than: Duration,
     /// Remove failed jobs too, not only done ones.
     #[arg(long)]
@@ -34,7 +37,10 @@ pub struct PruneArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = BULK_HELP)]
+#[command(after_long_help = crate::parse::text!(BULK_HELP.replace(
+    "{batch}",
+    &crate::parse::grouped(crate::bulk::BATCH.unsigned_abs())
+)))]
 pub struct IdsArgs {
     /// Job ids; or, instead, filters (below) that select the jobs.
     #[arg(num_args = 0.., allow_negative_numbers = true, value_name = "IDS")]
@@ -56,13 +62,15 @@ With job ids, the command acts on those jobs and prints one line per id.
 With filters instead (the ones `skiplock jobs` lists by), it acts on every job they match,
 not one page: it counts them and prints the count (\"N jobs match\", on standard error), asks
 for confirmation on a terminal (or proceeds with --yes; without a terminal and without --yes
-it is refused, exit status 2, and nothing changes), then acts in batches of 1,000 jobs,
-newest first, and prints how many it changed and how many it skipped (a job in a state the
-action does not apply to, such as a running job, or a job gone meanwhile). A job that comes
-to match after the count, with an id above the highest counted, is left alone. At least one
-filter is needed (`--id-from 1` matches every job). With --json, the result is one object:
-{\"matched\", \"<done>\": N, \"skipped\": N, \"skipped_by\": {reason: N}}, where <done> is
-retried, cancelled or deleted.
+it is refused, exit status 2, and nothing changes), then acts in batches of {batch} jobs,
+newest first, and prints how many it changed and how many it skipped, and why: the job's
+status when the action does not apply to it (a running job for retry and delete, a done or
+failed one for cancel), \"gone\" (deleted meanwhile) or \"unique key taken\" (a retry that
+would make a second active job with its unique key). A job that comes to match after the
+count, with an id above the highest counted, is left alone. At least one filter is needed
+(`--id-from 1` matches every job). With --json, the result is one object:
+{\"matched\": N, \"retried\": N, \"skipped\": N, \"skipped_by\": {REASON: N}} (\"cancelled\" or
+\"deleted\" in place of \"retried\").
 
 Examples:
   skiplock jobs --state failed --queue emails        (look first)

@@ -24,7 +24,7 @@ use crate::output::{errln, outln, print_json, progress};
 const COUNT_PAGE: i64 = 10_000;
 
 /// Ids per action statement.
-const BATCH: i64 = 1_000;
+pub const BATCH: i64 = 1_000;
 
 /// Why a matching job was left alone: its stored status, or one of these.
 const GONE: &str = "gone";

@@ -17,13 +17,17 @@ use crate::connect::Target;
 use crate::errors::usage;
 use crate::output::{outln, print_json, progress};
 
+/// The demo's jobs and workers unless told otherwise (the article's).
+pub const DEFAULT_JOBS: usize = 10_000;
+pub const DEFAULT_WORKERS: usize = 8;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Jobs to run.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = DEFAULT_JOBS)]
     jobs: usize,
     /// Concurrent workers (each with its own connection pool; one of them is crashed).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = DEFAULT_WORKERS)]
     workers: usize,
     /// Keep the demo's schema afterwards (to look at it with `stats` or SQL).
     #[arg(long)]

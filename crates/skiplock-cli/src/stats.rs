@@ -16,7 +16,10 @@ use crate::queue::{limits_json, limits_short, over_limit};
 pub struct Args {
     /// Report open transactions older than this even when they are active (idle ones
     /// always).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_duration,
+          default_value = crate::parse::text!(crate::parse::period_text(
+              skiplock::health::DEFAULT_BLOCKER_AGE
+          )))]
     blocker_age: Duration,
     /// Print the report as JSON.
     #[arg(long)]

@@ -238,7 +238,10 @@ async fn refused_without_confirmation_or_filters() {
     for verb in ["retry", "cancel", "delete"] {
         for args in [&[verb][..], &[verb, "--yes"], &[verb, "--json", "--yes"]] {
             let err = refused(&run(&db, args));
-            assert!(err.contains("give job ids (<IDS>), or filters"), "{args:?}: {err}");
+            assert!(
+                err.contains("give job ids (<IDS>), or filters"),
+                "{args:?}: {err}"
+            );
         }
         // Ids and filters together, and filters that cannot match: refused too.
         let err = refused(&run(&db, &[verb, "5", "--queue", "q"]));
