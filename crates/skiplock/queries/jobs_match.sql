@@ -1,6 +1,11 @@
 -- The ids of the jobs matching `skiplock jobs`' filters, newest first, at most $10 below the
 -- cursor $7: what `skiplock retry`, `cancel` and `delete` with a filter count and then act
 -- on, a batch at a time (ids only, so that a batch's memory does not grow with payloads).
+-- They give every statement a window of ids ($5 to $6, a range of the primary key, at most
+-- a bounded number of ids wide), so that it reads no more rows than its window, whatever
+-- the statistics say: a backward scan from the cursor alone could read the whole table per
+-- batch when a plan sorts instead (tested by `crates/skiplock-cli/tests/bulk.rs`
+-- `a_window_reads_only_its_rows_with_stale_statistics`).
 -- The parameters are jobs_list.sql's, and so are the FROM and WHERE clauses, word for word
 -- (tested by `crates/skiplock-cli/tests/bulk.rs` `the_match_is_the_listing`): the jobs a
 -- bulk action touches are the jobs `skiplock jobs` lists with the same filters.
