@@ -67,7 +67,9 @@ newest first, and prints how many it changed and how many it skipped, and why: t
 status when the action does not apply to it (a running job for retry and delete, a done or
 failed one for cancel), \"gone\" (deleted meanwhile) or \"unique key taken\" (a retry that
 would make a second active job with its unique key). A job that comes to match after the
-count, with an id above the highest counted, is left alone. At least one filter is needed
+count with an id outside the ids counted (above the highest, below the lowest) is left
+alone. Every statement reads one window of ids (a range of the primary key), so that none
+reads the whole table whatever the statistics say. At least one filter is needed
 (`--id-from 1` matches every job). With --json, the result is one object:
 {\"matched\": N, \"retried\": N, \"skipped\": N, \"skipped_by\": {REASON: N}} (\"cancelled\" or
 \"deleted\" in place of \"retried\").

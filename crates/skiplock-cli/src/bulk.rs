@@ -2,11 +2,14 @@
 //! bounded batches.
 //!
 //! The match is `queries/jobs_match.sql` of the library (`Statement::JobsMatch`): the ids
-//! `skiplock jobs` lists with the same filters, newest first, below a cursor, a page at a
-//! time. The command walks it once to count (pages of [`COUNT_PAGE`] ids), asks, then walks
-//! it again, [`BATCH`] ids at a time, each batch through the library's own admin call
-//! ([`skiplock::Client::retry`], `cancel`, `delete`: the guarded statements, one transaction
-//! per batch), so that memory and statement size stay bounded however many jobs match.
+//! `skiplock jobs` lists with the same filters, newest first, one window of ids at a time
+//! (a range of the primary key, from `queries/jobs_id_bounds.sql`'s highest id down to its
+//! lowest), so that every statement reads at most its window's rows whatever the
+//! statistics say. The command walks the match once to count it (pages of [`COUNT_PAGE`]
+//! ids), asks, then walks it again, [`BATCH`] ids at a time, each batch through the
+//! library's own admin call ([`skiplock::Client::retry`], `cancel`, `delete`: the guarded
+//! statements, one transaction per batch), so that memory and statement size stay bounded
+//! however many jobs match.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
@@ -18,10 +21,15 @@ use crate::admin::Action;
 use crate::connect::Target;
 use crate::errors::{schema_hint, usage};
 use crate::jobs::{self, Filter};
-use crate::output::{errln, outln, print_json, progress};
+use crate::output::{errln, outln, print_json, progress, spinner};
 
 /// Ids per page while counting.
 const COUNT_PAGE: i64 = 10_000;
+
+/// How many ids wide a window of the walk starts; a window that finds few matches doubles
+/// the next one, up to [`MAX_WINDOW`].
+const WINDOW: i64 = 10_000;
+const MAX_WINDOW: i64 = 1_000_000;
 
 /// Ids per action statement.
 pub const BATCH: i64 = 1_000;
@@ -76,11 +84,11 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<()> {
     let (verb, done) = action.verb();
-    let mut params = filter.params()?;
+    let params = filter.params()?;
     let client = target.client(1).await?;
 
-    let (matched, top) = count(&client, target, &params).await?;
-    let Some(top) = top else {
+    let (matched, ends) = count(&client, target, &params, json).await?;
+    let Some((top, bottom)) = ends else {
         if json {
             print_json(&serde_json::json!({
                 "matched": 0, done: 0, "skipped": 0, "skipped_by": {},
@@ -115,41 +123,19 @@ pub async fn run(
         }
     }
 
-    // The jobs counted, not one enqueued since.
-    params.id_to = Some(top);
+    // The ids counted: no job enqueued since.
+    let mut walk = Walk::new(&client, target, &params, bottom, top);
     let bar = progress(matched, &format!("{{bar:40}} {{pos}}/{{len}} {done}"), json);
     let mut tally = Tally::default();
-    let mut before = None;
-    loop {
-        let batch = async {
-            let rows = jobs::select(
-                &client,
-                target,
-                Statement::JobsMatch,
-                &params,
-                before,
-                BATCH,
-            )
-            .await?;
-            rows.iter()
-                .map(|r| r.try_get::<_, i64>("id").map(JobId))
-                .collect::<Result<Vec<_>, _>>()
-                .context("could not read the matching jobs")
-        }
-        .await;
-        let ids = batch.map_err(|e| partial(e, &tally, done))?;
-        let Some(last) = ids.last() else {
-            break;
-        };
-        before = Some(last.0);
-        let full = ids.len() >= usize::try_from(BATCH).unwrap_or(usize::MAX);
+    while let Some(ids) = walk
+        .next(BATCH)
+        .await
+        .map_err(|e| partial(e, &tally, done))?
+    {
         act(&client, target, action, ids, &mut tally)
             .await
             .map_err(|e| partial(e, &tally, done))?;
         bar.set_position(tally.seen);
-        if !full {
-            break;
-        }
     }
     bar.finish_and_clear();
 
@@ -179,40 +165,128 @@ pub async fn run(
     Ok(())
 }
 
-/// How many jobs match, and the highest id among them (`None`: none match), walking the
-/// match a page at a time.
+/// A walk of the match, newest first, one window of ids at a time: every statement reads
+/// at most the window's rows (a range of the primary key).
+struct Walk<'a> {
+    client: &'a skiplock::Client,
+    target: &'a Target,
+    params: jobs::Params,
+    /// The lowest id left to look at.
+    low: i64,
+    /// The highest id left to look at (the walk is over below `low`).
+    high: i64,
+    window: i64,
+}
+
+impl<'a> Walk<'a> {
+    /// A walk of the ids from `high` down to `low`, both included (the filters' id range
+    /// narrows them).
+    fn new(
+        client: &'a skiplock::Client,
+        target: &'a Target,
+        params: &jobs::Params,
+        low: i64,
+        high: i64,
+    ) -> Self {
+        Walk {
+            client,
+            target,
+            low: params.id_from.map_or(low, |f| f.max(low)),
+            high: params.id_to.map_or(high, |t| t.min(high)),
+            params: params.clone(),
+            window: WINDOW,
+        }
+    }
+
+    /// The next ids of the match, at most `limit`, newest first; `None` once the walk is
+    /// over.
+    async fn next(&mut self, limit: i64) -> anyhow::Result<Option<Vec<JobId>>> {
+        while self.high >= self.low {
+            let from = self.low.max(self.high.saturating_sub(self.window - 1));
+            self.params.id_from = Some(from);
+            self.params.id_to = Some(self.high);
+            let rows = jobs::select(
+                self.client,
+                self.target,
+                Statement::JobsMatch,
+                &self.params,
+                None,
+                limit,
+            )
+            .await?;
+            let ids = rows
+                .iter()
+                .map(|r| r.try_get::<_, i64>("id").map(JobId))
+                .collect::<Result<Vec<_>, _>>()
+                .context("could not read the matching jobs")?;
+            let full = i64::try_from(ids.len()).unwrap_or(i64::MAX) >= limit;
+            match ids.last() {
+                // The rest of the window next.
+                Some(last) if full => self.high = last.0.saturating_sub(1),
+                _ => {
+                    self.high = from.saturating_sub(1);
+                    if i64::try_from(ids.len()).unwrap_or(i64::MAX) < limit / 2 {
+                        self.window = self.window.saturating_mul(2).min(MAX_WINDOW);
+                    }
+                }
+            }
+            if !ids.is_empty() {
+                return Ok(Some(ids));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The lowest and highest job ids (`None`: no job at all).
+async fn id_bounds(
+    client: &skiplock::Client,
+    target: &Target,
+) -> anyhow::Result<Option<(i64, i64)>> {
+    let conn = client
+        .pool()
+        .get()
+        .await
+        .context("could not get a database connection to find jobs")?;
+    let row = conn
+        .query_one(client.statement(Statement::JobsIdBounds), &[])
+        .await
+        .map_err(|e| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+                crate::connect::missing_schema(&target.schema)
+            } else {
+                anyhow::Error::new(e).context("could not find the range of job ids")
+            }
+        })?;
+    let low: Option<i64> = row.try_get("low").context("could not read the lowest id")?;
+    let high: Option<i64> = row
+        .try_get("high")
+        .context("could not read the highest id")?;
+    Ok(low.zip(high))
+}
+
+/// How many jobs match, and the highest and lowest ids among them (`None`: none match).
 async fn count(
     client: &skiplock::Client,
     target: &Target,
     params: &jobs::Params,
-) -> anyhow::Result<(u64, Option<i64>)> {
-    let (mut n, mut top, mut before) = (0u64, None, None);
-    loop {
-        let rows = jobs::select(
-            client,
-            target,
-            Statement::JobsMatch,
-            params,
-            before,
-            COUNT_PAGE,
-        )
-        .await?;
-        let page = rows
-            .iter()
-            .map(|r| r.try_get::<_, i64>("id"))
-            .collect::<Result<Vec<_>, _>>()
-            .context("could not count the matching jobs")?;
-        let Some(&last) = page.last() else {
-            break;
-        };
-        top = top.or(page.first().copied());
+    json: bool,
+) -> anyhow::Result<(u64, Option<(i64, i64)>)> {
+    let Some((low, high)) = id_bounds(client, target).await? else {
+        return Ok((0, None));
+    };
+    let bar = spinner("counting the matching jobs".to_owned(), json);
+    let mut walk = Walk::new(client, target, params, low, high);
+    let (mut n, mut ends) = (0u64, None::<(i64, i64)>);
+    while let Some(page) = walk.next(COUNT_PAGE).await? {
         n += page.len() as u64;
-        before = Some(last);
-        if page.len() < usize::try_from(COUNT_PAGE).unwrap_or(usize::MAX) {
-            break;
+        if let (Some(first), Some(last)) = (page.first(), page.last()) {
+            ends = Some((ends.map_or(first.0, |(top, _)| top), last.0));
         }
+        bar.set_message(format!("counting the matching jobs: {n}"));
     }
-    Ok((n, top))
+    bar.finish_and_clear();
+    Ok((n, ends))
 }
 
 /// One batch through the library's admin call. A retry that would make a second active job

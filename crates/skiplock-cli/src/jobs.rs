@@ -393,8 +393,8 @@ pub struct Params {
     display: Option<Vec<String>>,
     queue: Option<String>,
     kind: Option<String>,
-    id_from: Option<i64>,
-    /// The highest id: a bulk action lowers it to the highest id it counted.
+    /// The lowest and highest ids: a bulk action narrows them to a window at a time.
+    pub id_from: Option<i64>,
     pub id_to: Option<i64>,
     older: Option<i64>,
     newer: Option<i64>,
