@@ -284,6 +284,11 @@ async fn refused_without_confirmation_or_filters() {
     }
     assert_eq!(census(&db).await, before);
 
+    // A schema without tables names `migrate`, and creates nothing.
+    let other = TestDb::new().await;
+    let err = refused(&run(&other, &["retry", "--state", "failed", "--yes"]));
+    assert!(err.contains("migrate"), "{err}");
+
     // Negative control: the same command with --yes does change them.
     ok(&run(&db, &["delete", "--queue", "other", "--yes"]));
     assert_ne!(census(&db).await, before);
