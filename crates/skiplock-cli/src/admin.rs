@@ -59,7 +59,8 @@ pub struct IdsArgs {
 const BULK_HELP: &str = "\
 With job ids, the command acts on those jobs and prints one line per id.
 
-With filters instead (the ones `skiplock jobs` lists by), it acts on every job they match,
+With filters instead (the ones `skiplock jobs` lists by; `skiplock jobs --help` describes
+the states), it acts on every job they match,
 not one page: it counts them and prints the count (\"N jobs match\", on standard error), asks
 for confirmation on a terminal (or proceeds with --yes; without a terminal and without --yes
 it is refused, exit status 2, and nothing changes), then acts in batches of {batch} jobs,
