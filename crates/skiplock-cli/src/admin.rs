@@ -60,11 +60,10 @@ const BULK_HELP: &str = "\
 With job ids, the command acts on those jobs and prints one line per id.
 
 With filters instead (the ones `skiplock jobs` lists by; `skiplock jobs --help` describes
-the states), it acts on every job they match,
-not one page: it counts them and prints the count (\"N jobs match\", on standard error), asks
-for confirmation on a terminal (or proceeds with --yes; without a terminal and without --yes
-it is refused, exit status 2, and nothing changes), then acts in batches of {batch} jobs,
-newest first, and prints how many it changed and how many it skipped, and why: the job's
+the states), it acts on every job they match, not one page: it counts them and prints the
+count (\"N jobs match\", on standard error), asks for confirmation on a terminal (or
+proceeds with --yes; without a terminal and without --yes it is refused, exit status 2, and
+nothing changes), then acts in batches of {batch} jobs, newest first, and prints how many it changed and how many it skipped, and why: the job's
 status when the action does not apply to it (a running job for retry and delete, a done or
 failed one for cancel), \"gone\" (deleted meanwhile) or \"unique key taken\" (a retry that
 would make a second active job with its unique key). A job that comes to match after the
