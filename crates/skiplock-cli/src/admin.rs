@@ -6,6 +6,7 @@ use skiplock::{JobId, JobState, PruneOptions, Relative};
 
 use crate::connect::Target;
 use crate::errors::{schema_hint, usage};
+use crate::jobs;
 use crate::output::{outln, print_json, time};
 use crate::parse::parse_duration;
 
@@ -19,7 +20,10 @@ pub struct JsonArgs {
 #[derive(Debug, clap::Args)]
 pub struct PruneArgs {
     /// Remove jobs that finished longer ago than this.
-    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    #[arg(long, value_parser = parse_duration,
+          default_value = crate::parse::text!(crate::parse::period_text(
+              PruneOptions::DEFAULT_OLDER_THAN
+          )))]
     older_than: Duration,
     /// Remove failed jobs too, not only done ones.
     #[arg(long)]
@@ -33,14 +37,48 @@ pub struct PruneArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = crate::parse::text!(BULK_HELP.replace(
+    "{batch}",
+    &crate::parse::grouped(crate::bulk::BATCH.unsigned_abs())
+)))]
 pub struct IdsArgs {
-    /// Job ids.
-    #[arg(required = true, num_args = 1.., allow_negative_numbers = true)]
+    /// Job ids; or, instead, filters (below) that select the jobs.
+    #[arg(num_args = 0.., allow_negative_numbers = true, value_name = "IDS")]
     ids: Vec<String>,
+    #[command(flatten, next_help_heading = "Filters (as `skiplock jobs` takes them)")]
+    filter: jobs::Filter,
+    /// With filters: act without asking. Without it, the command counts the matching jobs
+    /// and asks on a terminal, and refuses (exit status 2) without one.
+    #[arg(long)]
+    yes: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
 }
+
+const BULK_HELP: &str = "\
+With job ids, the command acts on those jobs and prints one line per id.
+
+With filters instead (the ones `skiplock jobs` lists by; `skiplock jobs --help` describes
+the states), it acts on every job they match, not one page: it counts them and prints the
+count (\"N jobs match\", on standard error), asks for confirmation on a terminal (or
+proceeds with --yes; without a terminal and without --yes it is refused, exit status 2, and
+nothing changes), then acts in batches of {batch} jobs, newest first, and prints how many it changed and how many it skipped, and why: the job's
+status when the action does not apply to it (a running job for retry and delete, a done or
+failed one for cancel), \"gone\" (deleted meanwhile) or \"unique key taken\" (a retry that
+would make a second active job with its unique key). A job that comes to match after the
+count with an id outside the ids counted (above the highest, below the lowest) is left
+alone. Every statement reads one window of ids (a range of the primary key), so that none
+reads the whole table whatever the statistics say. At least one filter is needed
+(`--id-from 1` matches every job). With --json, the result is one object:
+{\"matched\": N, \"retried\": N, \"skipped\": N, \"skipped_by\": {REASON: N}} (\"cancelled\" or
+\"deleted\" in place of \"retried\").
+
+Examples:
+  skiplock jobs --state failed --queue emails        (look first)
+  skiplock retry --state failed --queue emails --yes
+  skiplock cancel --state scheduled --kind report --older-than 1d
+  skiplock delete --state done,cancelled --older-than 30d --yes";
 
 #[derive(Debug, clap::Args)]
 pub struct ShowArgs {
@@ -125,7 +163,37 @@ fn parse_ids(raw: &[String]) -> anyhow::Result<Vec<JobId>> {
         .collect()
 }
 
+impl Action {
+    /// The verb and its past participle: `retry`, `retried`.
+    pub fn verb(self) -> (&'static str, &'static str) {
+        match self {
+            Action::Retry => ("retry", "retried"),
+            Action::Cancel => ("cancel", "cancelled"),
+            Action::Delete => ("delete", "deleted"),
+        }
+    }
+}
+
 pub async fn ids(target: &Target, action: Action, args: IdsArgs) -> anyhow::Result<()> {
+    let (verb, _) = action.verb();
+    match (args.ids.is_empty(), args.filter.is_empty()) {
+        (true, true) => {
+            return Err(usage(format!(
+                "give job ids (<IDS>), or filters (--state, --queue, --kind, --id-from, --id-to, \
+                 --older-than, --newer-than) to {verb} every job they match"
+            )))
+        }
+        (false, false) => {
+            return Err(usage(format!(
+                "give job ids or filters, not both (to {verb} some of those ids, narrow the \
+                 filters with --id-from and --id-to)"
+            )))
+        }
+        (true, false) => {
+            return crate::bulk::run(target, action, &args.filter, args.yes, args.json).await
+        }
+        (false, true) => {}
+    }
     let ids = parse_ids(&args.ids)?;
     let client = target.client(1).await?;
     let r = match action {
@@ -209,6 +277,9 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             held: j.held.as_deref(),
             after,
             waiting: j.waiting,
+            has_children: j.has_children,
+            unique_key: j.unique_key.as_deref(),
+            unique_queued_only: j.unique_queued_only,
             parents: family.parents.iter().map(RelativeJson::from).collect(),
             children: family.children.iter().map(RelativeJson::from).collect(),
             children_total: family.children_total,
@@ -247,6 +318,22 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             let ids: Vec<String> = j.after.iter().map(ToString::to_string).collect();
             outln!("after        {}", ids.join(", "));
         }
+        match j.waiting {
+            Some(n) => outln!("waiting      {n} of them not done yet"),
+            None => outln!("waiting      -"),
+        }
+        // unique_queued_only shows as "(queued only)": the key binds queued jobs only, and
+        // the claim released it when the job started.
+        match (&j.unique_key, j.unique_queued_only) {
+            (Some(k), true) => outln!("unique_key   {k} (queued only)"),
+            (Some(k), false) => outln!("unique_key   {k}"),
+            (None, true) => outln!("unique_key   - (queued only: released when it started)"),
+            (None, false) => outln!("unique_key   -"),
+        }
+        outln!(
+            "has_children {}",
+            j.has_children.map_or("-".to_owned(), |b| b.to_string())
+        );
         print_relatives("parents", &family.parents, 0);
         let more = usize::try_from(family.children_total)
             .unwrap_or(0)
@@ -339,6 +426,12 @@ struct ShowJson<'a> {
     after: Vec<i64>,
     /// How many of them are not done yet (null for a job that waits for none).
     waiting: Option<i32>,
+    /// True once another job waits for it (null or false otherwise).
+    has_children: Option<bool>,
+    /// Its uniqueness key (null for a job enqueued without a rule).
+    unique_key: Option<&'a str>,
+    /// The rule lets a new job queue behind a running duplicate.
+    unique_queued_only: bool,
     parents: Vec<RelativeJson<'a>>,
     /// The first [`SHOWN_CHILDREN`].
     children: Vec<RelativeJson<'a>>,

@@ -8,22 +8,26 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use skiplock::{
     Backoff, Client, JobContext, JobError, JobOptions, NewJob, Registry, StatsHandle, Worker,
 };
 
 use crate::connect::Target;
 use crate::errors::usage;
-use crate::output::{outln, print_json};
+use crate::output::{outln, print_json, progress};
+
+/// The demo's jobs and workers unless told otherwise (the article's).
+pub const DEFAULT_JOBS: usize = 10_000;
+pub const DEFAULT_WORKERS: usize = 8;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Jobs to run.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = DEFAULT_JOBS)]
     jobs: usize,
     /// Concurrent workers (each with its own connection pool; one of them is crashed).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = DEFAULT_WORKERS)]
     workers: usize,
     /// Keep the demo's schema afterwards (to look at it with `stats` or SQL).
     #[arg(long)]
@@ -180,12 +184,13 @@ async fn watch(
             enqueued_in.as_secs_f64() * 1000.0,
             args.workers
         );
-        ProgressBar::new(args.jobs as u64)
+        // Drawn on a terminal only: nothing extra in a pipe or a log.
+        progress(
+            args.jobs as u64,
+            "{bar:40} {pos:>6}/{len} finished  {per_sec:>12}  {msg}",
+            false,
+        )
     };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos:>6}/{len} finished  {per_sec:>12}  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
     let crash_at = (args.jobs / 4) as i64;
     let mut crashed = false;
     let deadline = Instant::now() + Duration::from_secs(600);

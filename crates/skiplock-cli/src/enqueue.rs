@@ -25,7 +25,7 @@ pub struct Args {
     #[arg(long, default_value = skiplock::DEFAULT_QUEUE)]
     queue: String,
     /// Job kind (which handler runs it).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = skiplock::DEFAULT_KIND)]
     kind: String,
     /// Priority; lower runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]

@@ -3,6 +3,8 @@
 //! One statement, `queries/jobs_list.sql` of the library (`Statement::JobsList`), every
 //! filter a bound parameter (NULL for none): a backward scan of the primary key below the
 //! page cursor, stopped after the page (and one more row, to know whether more remain).
+//! The filters ([`Filter`]) are also those of `skiplock retry`, `cancel` and `delete`
+//! (`bulk.rs`), through `queries/jobs_match.sql`, which has the same WHERE clause.
 
 use std::time::{Duration, SystemTime};
 
@@ -21,9 +23,11 @@ const MAX_LIMIT: i64 = 1000;
 /// How much of `last_error` the table shows.
 const ERROR_WIDTH: usize = 60;
 
-#[derive(Debug, clap::Args)]
-#[command(after_long_help = STATES_HELP)]
-pub struct Args {
+/// The filters `skiplock jobs` lists by, and `skiplock retry`, `cancel` and `delete` act
+/// by: one definition, one statement's WHERE clause (`jobs_list.sql`, and `jobs_match.sql`
+/// with the same clause).
+#[derive(Debug, Default, clap::Args)]
+pub struct Filter {
     /// Only jobs in these states (comma-separated or repeated): a stored status (queued,
     /// running, done, failed) or a display state (scheduled, available, waiting, retrying,
     /// cancelled). `queued` is scheduled, available, waiting and retrying together; `failed`
@@ -52,6 +56,13 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration,
           allow_hyphen_values = true)]
     newer_than: Option<Duration>,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_long_help = STATES_HELP)]
+pub struct Args {
+    #[command(flatten)]
+    filter: Filter,
     /// At most N jobs (1 to 1000).
     #[arg(long, value_name = "N", default_value_t = 50,
           value_parser = clap::value_parser!(i64).range(1..=MAX_LIMIT),
@@ -68,22 +79,6 @@ pub struct Args {
     /// values).
     #[arg(long)]
     json: bool,
-    /// Make the listed jobs ready to run now (as `skiplock retry` does; running jobs are
-    /// left alone). Acts on this page only (at most --limit jobs); asks for confirmation on
-    /// a terminal, and is refused without one unless --yes is given.
-    #[arg(long, group = "bulk")]
-    retry: bool,
-    /// Cancel the listed queued or running jobs (as `skiplock cancel` does). This page only;
-    /// confirmation as for --retry.
-    #[arg(long, group = "bulk")]
-    cancel: bool,
-    /// Delete the listed jobs that are not running (as `skiplock delete` does). This page
-    /// only; confirmation as for --retry.
-    #[arg(long, group = "bulk")]
-    delete: bool,
-    /// Do not ask for confirmation of --retry, --cancel or --delete.
-    #[arg(long, requires = "bulk")]
-    yes: bool,
 }
 
 const STATES_HELP: &str = "\
@@ -108,7 +103,10 @@ shows as retrying. --state queued lists all four queued states.
 Examples:
   skiplock jobs --state failed,retrying --queue emails --newer-than 1d
   skiplock jobs --state retrying --json
-  skiplock jobs --limit 100 --before 1234";
+  skiplock jobs --limit 100 --before 1234
+
+`jobs` only lists. To retry, cancel or delete every job some filters match (not one page),
+give the same filters to `skiplock retry`, `skiplock cancel` or `skiplock delete`.";
 
 /// A `--state` word: a stored status or a display state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -212,6 +210,9 @@ struct Listed {
     output: Option<String>,
     after: Option<Vec<i64>>,
     waiting: Option<i32>,
+    has_children: Option<bool>,
+    unique_key: Option<String>,
+    unique_queued_only: bool,
 }
 
 impl Listed {
@@ -238,6 +239,9 @@ impl Listed {
             output: r.try_get("output")?,
             after: r.try_get("after")?,
             waiting: r.try_get("waiting")?,
+            has_children: r.try_get("has_children")?,
+            unique_key: r.try_get("unique_key")?,
+            unique_queued_only: r.try_get("unique_queued_only")?,
         })
     }
 
@@ -273,6 +277,9 @@ impl Listed {
             held: self.held.as_deref(),
             after: self.after.as_deref().unwrap_or_default(),
             waiting: self.waiting,
+            has_children: self.has_children,
+            unique_key: self.unique_key.as_deref(),
+            unique_queued_only: self.unique_queued_only,
             output: output.as_deref(),
             payload: &payload,
         })
@@ -309,6 +316,9 @@ struct ListedJson<'a> {
     held: Option<&'a str>,
     after: &'a [i64],
     waiting: Option<i32>,
+    has_children: Option<bool>,
+    unique_key: Option<&'a str>,
+    unique_queued_only: bool,
     output: Option<&'a serde_json::value::RawValue>,
     payload: &'a serde_json::value::RawValue,
 }
@@ -331,52 +341,120 @@ fn short_error(e: Option<&str>, width: usize) -> String {
     }
 }
 
-pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
-    if let (Some(from), Some(to)) = (args.id_from, args.id_to) {
-        if from > to {
-            return Err(usage(format!(
-                "--id-from {from} is above --id-to {to}: no id lies between them"
-            )));
-        }
+impl Filter {
+    /// Whether no filter is given (every job would match).
+    pub fn is_empty(&self) -> bool {
+        let Filter {
+            state,
+            queue,
+            kind,
+            id_from,
+            id_to,
+            older_than,
+            newer_than,
+        } = self;
+        state.is_empty()
+            && queue.is_none()
+            && kind.is_none()
+            && id_from.is_none()
+            && id_to.is_none()
+            && older_than.is_none()
+            && newer_than.is_none()
     }
-    let (stored, display) = state_params(&args.state);
-    let older = args.older_than.map(micros);
-    let newer = args.newer_than.map(micros);
-    // One row more than the page: whether another page follows.
-    let fetch = args.limit + 1;
 
-    let client = target.client(1).await?;
+    /// The statement's parameters, or the refusal of filters that cannot match together.
+    pub fn params(&self) -> anyhow::Result<Params> {
+        if let (Some(from), Some(to)) = (self.id_from, self.id_to) {
+            if from > to {
+                return Err(usage(format!(
+                    "--id-from {from} is above --id-to {to}: no id lies between them"
+                )));
+            }
+        }
+        let (stored, display) = state_params(&self.state);
+        Ok(Params {
+            stored,
+            display,
+            queue: self.queue.clone(),
+            kind: self.kind.clone(),
+            id_from: self.id_from,
+            id_to: self.id_to,
+            older: self.older_than.map(micros),
+            newer: self.newer_than.map(micros),
+        })
+    }
+}
+
+/// A [`Filter`] as the parameters `$1` to `$6`, `$8` and `$9` of `jobs_list.sql` and
+/// `jobs_match.sql` (NULL for none).
+#[derive(Debug, Clone)]
+pub struct Params {
+    stored: Option<Vec<String>>,
+    display: Option<Vec<String>>,
+    queue: Option<String>,
+    kind: Option<String>,
+    /// The lowest and highest ids: a bulk action narrows them to a window at a time.
+    pub id_from: Option<i64>,
+    pub id_to: Option<i64>,
+    older: Option<i64>,
+    newer: Option<i64>,
+}
+
+/// Runs `statement` (`JobsList` or `JobsMatch`) with the filter `p`: at most `limit` rows
+/// with an id below `before`, newest first.
+pub async fn select(
+    client: &skiplock::Client,
+    target: &Target,
+    statement: Statement,
+    p: &Params,
+    before: Option<i64>,
+    limit: i64,
+) -> anyhow::Result<Vec<tokio_postgres::Row>> {
     let conn = client
         .pool()
         .get()
         .await
-        .context("could not get a database connection to list jobs")?;
-    let rows = conn
-        .query_typed(
-            client.statement(Statement::JobsList),
-            &[
-                (&stored, Type::TEXT_ARRAY),
-                (&display, Type::TEXT_ARRAY),
-                (&args.queue, Type::TEXT),
-                (&args.kind, Type::TEXT),
-                (&args.id_from, Type::INT8),
-                (&args.id_to, Type::INT8),
-                (&args.before, Type::INT8),
-                (&older, Type::INT8),
-                (&newer, Type::INT8),
-                (&fetch, Type::INT8),
-            ],
-        )
-        .await
-        .map_err(|e| {
-            if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
-                missing_schema(&target.schema)
-            } else {
-                anyhow::Error::new(e).context("could not list jobs")
-            }
-        })?;
-    // Back to the pool: a bulk action takes a connection of its own.
-    drop(conn);
+        .context("could not get a database connection to find jobs")?;
+    conn.query_typed(
+        client.statement(statement),
+        &[
+            (&p.stored, Type::TEXT_ARRAY),
+            (&p.display, Type::TEXT_ARRAY),
+            (&p.queue, Type::TEXT),
+            (&p.kind, Type::TEXT),
+            (&p.id_from, Type::INT8),
+            (&p.id_to, Type::INT8),
+            (&before, Type::INT8),
+            (&p.older, Type::INT8),
+            (&p.newer, Type::INT8),
+            (&limit, Type::INT8),
+        ],
+    )
+    .await
+    .map_err(|e| {
+        if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) {
+            missing_schema(&target.schema)
+        } else {
+            anyhow::Error::new(e).context("could not find the matching jobs")
+        }
+    })
+}
+
+pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
+    let params = args.filter.params()?;
+    // One row more than the page: whether another page follows.
+    let fetch = args.limit + 1;
+
+    let client = target.client(1).await?;
+    let rows = select(
+        &client,
+        target,
+        Statement::JobsList,
+        &params,
+        args.before,
+        fetch,
+    )
+    .await?;
     let mut jobs = rows
         .iter()
         .map(Listed::from_row)
@@ -386,19 +464,6 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     let more = jobs.len() > limit;
     jobs.truncate(limit);
     let next_before = more.then(|| jobs.last().map(|j| j.id)).flatten();
-
-    if let Some(action) = args.bulk() {
-        return bulk(
-            &client,
-            target,
-            action,
-            &jobs,
-            next_before,
-            args.yes,
-            args.json,
-        )
-        .await;
-    }
 
     if args.json {
         for j in &jobs {
@@ -422,118 +487,6 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-impl Args {
-    /// The bulk action asked for, if any.
-    fn bulk(&self) -> Option<Bulk> {
-        if self.retry {
-            Some(Bulk::Retry)
-        } else if self.cancel {
-            Some(Bulk::Cancel)
-        } else if self.delete {
-            Some(Bulk::Delete)
-        } else {
-            None
-        }
-    }
-}
-
-/// `--retry`, `--cancel` or `--delete`.
-#[derive(Debug, Clone, Copy)]
-enum Bulk {
-    Retry,
-    Cancel,
-    Delete,
-}
-
-impl Bulk {
-    fn verb(self) -> (&'static str, &'static str) {
-        match self {
-            Bulk::Retry => ("retry", "retried"),
-            Bulk::Cancel => ("cancel", "cancelled"),
-            Bulk::Delete => ("delete", "deleted"),
-        }
-    }
-}
-
-/// Applies `action` to the listed jobs, after a confirmation on a terminal (or `--yes`).
-async fn bulk(
-    client: &skiplock::Client,
-    target: &Target,
-    action: Bulk,
-    jobs: &[Listed],
-    next_before: Option<i64>,
-    yes: bool,
-    json: bool,
-) -> anyhow::Result<()> {
-    use std::io::IsTerminal as _;
-    let (verb, done) = action.verb();
-    if jobs.is_empty() {
-        if json {
-            outln!("{}", serde_json::json!({ "matched": 0, done: [] }));
-        } else {
-            outln!("no jobs match: none to {verb}");
-        }
-        return Ok(());
-    }
-    let ids: Vec<skiplock::JobId> = jobs.iter().map(|j| skiplock::JobId(j.id)).collect();
-    let (first, last) = (jobs[0].id, jobs[jobs.len() - 1].id);
-    let more = if next_before.is_some() {
-        " (more jobs match: this page only, see --limit and --before)"
-    } else {
-        ""
-    };
-    if !yes {
-        let terminal = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-        if !terminal {
-            return Err(usage(format!(
-                "refusing to {verb} {} job(s) without confirmation: standard input is not a \
-                 terminal; add --yes",
-                jobs.len()
-            )));
-        }
-        crate::output::write_quietly(
-            std::io::stderr().lock(),
-            format_args!(
-                "{verb} {} job(s), ids {first} down to {last}{more}? [y/N] ",
-                jobs.len()
-            ),
-            false,
-        );
-        let mut answer = String::new();
-        std::io::stdin()
-            .read_line(&mut answer)
-            .context("could not read the confirmation")?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            return Err(usage(format!("not confirmed: no job was {done}")));
-        }
-    }
-    let r = match action {
-        Bulk::Retry => client.retry(&ids).await,
-        Bulk::Cancel => client.cancel(&ids).await,
-        Bulk::Delete => client.delete(&ids).await,
-    }
-    .map_err(|e| crate::errors::schema_hint(e, &target.schema))?;
-    if json {
-        let changed: Vec<i64> = r.changed.iter().map(|i| i.0).collect();
-        let unchanged: Vec<i64> = r.unchanged.iter().map(|(i, _)| i.0).collect();
-        outln!(
-            "{}",
-            serde_json::json!({
-                "matched": jobs.len(), done: changed, "unchanged": unchanged,
-                "next_before": next_before,
-            })
-        );
-    } else {
-        outln!(
-            "{done} {} of {} listed job(s); {} unchanged{more}",
-            r.changed.len(),
-            jobs.len(),
-            r.unchanged.len()
-        );
-    }
-    Ok(())
-}
-
 fn print_table(jobs: &[Listed]) {
     let header = [
         "ID",
@@ -541,8 +494,8 @@ fn print_table(jobs: &[Listed]) {
         "QUEUE",
         "KIND",
         "ATTEMPTS",
-        "RUN_AT/FINISHED_AT",
-        "LAST_ERROR",
+        "RUN AT/FINISHED AT",
+        "LAST ERROR",
     ];
     let rows: Vec<[String; 7]> = jobs
         .iter()

@@ -8,7 +8,7 @@ use skiplock_bench::lab::{self, ClaimMethod, RaceOptions, Stop};
 
 use crate::connect::Target;
 use crate::errors::usage;
-use crate::output::{outln, print_json};
+use crate::output::{outln, print_json, spinner};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Experiment {
@@ -105,6 +105,15 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
             } else {
                 (ClaimMethod::SkipLocked, Stop::WhenEmpty)
             };
+            let bar = spinner(
+                format!(
+                    "{}: {} jobs, {} workers",
+                    method.name(),
+                    args.jobs,
+                    args.workers
+                ),
+                args.json,
+            );
             let r = lab::claim_race(
                 url,
                 schema,
@@ -116,7 +125,9 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
                     stop,
                 },
             )
-            .await?;
+            .await;
+            bar.finish_and_clear();
+            let r = r?;
             let count = |s: &str| r.statuses.iter().find(|x| x.0 == s).map_or(0, |x| x.1);
             let max_attempts = r.statuses.iter().map(|x| x.2).max().unwrap_or(0);
             let (done, queued) = (count("done"), count("queued"));
@@ -153,7 +164,13 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
         }
         Experiment::ForUpdate => {
             let hold = Duration::from_millis(1500);
-            let r = lab::claim_wait(url, schema, hold).await?;
+            let bar = spinner(
+                "for-update: two sessions, one claim held".to_owned(),
+                args.json,
+            );
+            let r = lab::claim_wait(url, schema, hold).await;
+            bar.finish_and_clear();
+            let r = r?;
             if args.json {
                 print_json(&serde_json::json!({
                     "experiment": "for-update", "workers": 2, "jobs": 4,
@@ -183,7 +200,13 @@ async fn one(url: &str, schema: &Schema, exp: Experiment, args: &Args) -> anyhow
         }
         Experiment::Vacuum => {
             let jobs = (args.jobs / 5).max(1);
-            let r = lab::vacuum(url, schema, jobs, args.workers.min(8)).await?;
+            let bar = spinner(
+                format!("vacuum: {jobs} jobs, one claim transaction open"),
+                args.json,
+            );
+            let r = lab::vacuum(url, schema, jobs, args.workers.min(8)).await;
+            bar.finish_and_clear();
+            let r = r?;
             if args.json {
                 print_json(&serde_json::json!({
                     "experiment": "vacuum", "workers": args.workers.min(8), "jobs": jobs,

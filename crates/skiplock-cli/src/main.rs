@@ -5,6 +5,7 @@
 
 mod admin;
 mod bench;
+mod bulk;
 mod connect;
 mod database;
 mod demo;
@@ -76,18 +77,25 @@ enum Command {
     Queue(queue::Args),
     /// Return jobs whose lease expired to the queue, once (for cron).
     Reap(admin::JsonArgs),
-    /// Delete (or archive) finished jobs older than a retention, in batches of 10,000.
+    #[command(about = parse::text!(format!(
+        "Delete (or archive) finished jobs older than a retention, in batches of {}",
+        parse::grouped(u64::from(skiplock::PruneOptions::MAX_BATCH))
+    )))]
     Prune(admin::PruneArgs),
-    /// Make jobs ready to run now (queued, done or failed ones).
+    /// Make jobs ready to run now (queued, done or failed ones): by id, or every job some
+    /// filters match (as `jobs` takes them; counted and confirmed first).
     Retry(admin::IdsArgs),
-    /// Cancel queued or running jobs (they become failed, 'cancelled').
+    /// Cancel queued or running jobs (they become failed, 'cancelled'): by id, or every job
+    /// some filters match.
     Cancel(admin::IdsArgs),
-    /// Delete jobs that are not running.
+    /// Delete jobs that are not running: by id, or every job some filters match.
     Delete(admin::IdsArgs),
-    /// Show one job: its fields, its output, and the jobs it waits for and that wait for it.
+    /// Show one job: every column, its output, and the jobs it waits for and that wait for
+    /// it.
     Show(admin::ShowArgs),
     /// List jobs, newest first: by state (stored or derived: scheduled, available, waiting,
     /// retrying, cancelled), queue, kind, id range and age, a page at a time (--before).
+    /// It only lists: retry, cancel and delete take the same filters.
     Jobs(jobs::Args),
     /// Periodic (cron) jobs: add, list, remove, pause, resume, run-now.
     Schedule {
@@ -96,7 +104,11 @@ enum Command {
     },
     /// Reproduce the article's experiments on this database, in a scratch schema.
     Lab(lab::Args),
-    /// Run 10,000 jobs through 8 workers, crash one, and summarise (a scratch schema).
+    #[command(about = parse::text!(format!(
+        "Run {} jobs through {} workers, crash one, and summarise (a scratch schema)",
+        parse::grouped(demo::DEFAULT_JOBS as u64),
+        demo::DEFAULT_WORKERS
+    )))]
     Demo(demo::Args),
     /// Measure throughput (against the raw-SQL ceiling), latency, enqueue rate, claim cost
     /// with history, and footprint, in scratch schemas.
@@ -153,7 +165,9 @@ fn main() -> ExitCode {
         // A closed standard error drops the log lines; the work goes on.
         .with_writer(|| QuietStderr)
         .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(output::colour(std::io::IsTerminal::is_terminal(
+            &std::io::stderr(),
+        )))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

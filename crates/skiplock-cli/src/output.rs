@@ -34,6 +34,49 @@ pub fn time(t: Option<SystemTime>) -> String {
     }
 }
 
+/// Whether text written to a stream may carry colour: only on a terminal (`terminal`), and
+/// never with `NO_COLOR` set to a non-empty value (<https://no-color.org>).
+pub fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// A progress bar of `len` steps on standard error, drawn only there and only on a terminal:
+/// hidden (nothing written at all) when standard error is not one, or when `hidden`.
+/// `template` is indicatif's, without colours.
+pub fn progress(len: u64, template: &str, hidden: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal as _;
+    if hidden || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// A spinner with `message` and the time elapsed, on standard error, as [`progress`] draws:
+/// for work whose length is not known. Finish it with `finish_and_clear`.
+pub fn spinner(message: String, hidden: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal as _;
+    if hidden || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message);
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    bar
+}
+
 /// Prints one JSON value on one line.
 pub fn print_json(v: &serde_json::Value) {
     outln!("{v}");

@@ -59,6 +59,30 @@ pub fn optional_within<const MIN_MS: u64, const MAX_S: u64>(
     }
 }
 
+/// Text built once from the library's constants, as the `&'static str` that clap's
+/// `default_value` and `help` take: the command states no default or bound of its own, it
+/// formats the library's (`default_value = text!(period_text(WorkerConfig::DEFAULT_LEASE))`).
+macro_rules! text {
+    ($text:expr) => {{
+        static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| $text);
+        TEXT.as_str()
+    }};
+}
+pub(crate) use text;
+
+/// A count with its thousands grouped by commas, as help texts write them: `10,000`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The largest limit (`skiplock::MAX_LIMIT`), as a signed number for range checks.
 const MAX_LIMIT: i64 = skiplock::MAX_LIMIT as i64;
 
@@ -151,6 +175,14 @@ mod tests {
         assert_eq!(parse_duration("12"), Ok(Duration::from_secs(12)));
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn counts_group_their_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(10_000), "10,000");
+        assert_eq!(grouped(1_000_000), "1,000,000");
     }
 
     #[test]

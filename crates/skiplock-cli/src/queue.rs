@@ -9,7 +9,7 @@ use skiplock::{QueueLimits, QueueState};
 use crate::connect::{redact, Target};
 use crate::errors::{schema_hint, usage};
 use crate::output::{errln, outln, print_json, time};
-use crate::parse::{limit_or_off, period_text, rate_or_off};
+use crate::parse::{limit_or_off, period_text, rate_or_off, text};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -66,19 +66,30 @@ enum Action {
     Limit {
         /// The queue.
         name: String,
-        /// At most N jobs of the queue running at once (1 to 1000000), or off.
         #[arg(long, value_name = "N|off", value_parser = parse_limit, group = "change",
-              allow_negative_numbers = true)]
+              allow_negative_numbers = true,
+              help = text!(format!(
+                  "At most N jobs of the queue running at once (1 to {}), or off",
+                  skiplock::MAX_LIMIT
+              )))]
         concurrency: Option<Limit>,
-        /// At most N running jobs of one key (1 to 1000000), or off. Jobs without a key
-        /// are not subject to it.
         #[arg(long, value_name = "N|off", value_parser = parse_limit, group = "change",
-              allow_negative_numbers = true)]
+              allow_negative_numbers = true,
+              help = text!(format!(
+                  "At most N running jobs of one key (1 to {}), or off. Jobs without a key \
+                   are not subject to it",
+                  skiplock::MAX_LIMIT
+              )))]
         per_key: Option<Limit>,
-        /// At most N starts in any interval of DURATION (N 1 to 1000000, DURATION 1ms to
-        /// 1d: 100/1s, 5/250ms, 1000/1h), or off.
         #[arg(long, value_name = "N/DURATION|off", value_parser = parse_rate, group = "change",
-              allow_hyphen_values = true)]
+              allow_hyphen_values = true,
+              help = text!(format!(
+                  "At most N starts in any interval of DURATION (N 1 to {}, DURATION {} to \
+                   {}: 100/1s, 5/250ms, 1000/1h), or off",
+                  skiplock::MAX_LIMIT,
+                  period_text(skiplock::MIN_RATE_PERIOD),
+                  period_text(skiplock::MAX_RATE_PERIOD)
+              )))]
         rate: Option<RateArg>,
         /// Who sets them, and why, recorded for operators (default: the user and host
         /// running this command).
@@ -220,16 +231,16 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
             }
             outln!("schema {}", target.schema);
             outln!(
-                "{:<24} {:<7} {:>9} {:>9} {:>9} {:>11}  {:<24} {:<6} {:<20} by",
-                "queue",
-                "state",
-                "queued",
-                "ready",
-                "held",
-                "running",
-                "limits",
-                "bound",
-                "paused since"
+                "{:<24} {:<7} {:>9} {:>9} {:>9} {:>11}  {:<24} {:<6} {:<20} BY",
+                "QUEUE",
+                "STATE",
+                "QUEUED",
+                "READY",
+                "HELD",
+                "RUNNING",
+                "LIMITS",
+                "BOUND",
+                "PAUSED SINCE"
             );
             if queues.is_empty() {
                 outln!("(no queue has jobs or was ever paused or limited)");

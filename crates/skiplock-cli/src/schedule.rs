@@ -47,11 +47,17 @@ pub struct AddArgs {
     #[arg(long, default_value = skiplock::DEFAULT_QUEUE)]
     queue: String,
     /// Kind of each fire's job (which handler runs it).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = skiplock::DEFAULT_KIND)]
     kind: String,
-    /// Fires missed while no worker ran (older than the workers' grace period, 10 s by
-    /// default): skip them, run the latest once, or run the most recent N (catch-up=N).
-    #[arg(long, value_name = "skip|latest|catch-up=N", value_parser = parse_missed, default_value = "latest")]
+    #[arg(long, value_name = "skip|latest|catch-up=N", value_parser = parse_missed,
+          default_value_t = Missed::default(),
+          help = crate::parse::text!(format!(
+              "Fires missed while no worker ran (older than the workers' grace period, {} by \
+               default): skip them, run the latest once, or run the most recent N \
+               (catch-up=N, N at most {})",
+              crate::parse::period_text(skiplock::periodic::SchedulerConfig::DEFAULT_GRACE),
+              skiplock::periodic::MAX_CATCH_UP
+          )))]
     missed: Missed,
     /// Priority of each fire's job; lower runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]

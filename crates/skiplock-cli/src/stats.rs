@@ -16,7 +16,10 @@ use crate::queue::{limits_json, limits_short, over_limit};
 pub struct Args {
     /// Report open transactions older than this even when they are active (idle ones
     /// always).
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, value_parser = parse_duration,
+          default_value = crate::parse::text!(crate::parse::period_text(
+              skiplock::health::DEFAULT_BLOCKER_AGE
+          )))]
     blocker_age: Duration,
     /// Print the report as JSON.
     #[arg(long)]
@@ -87,17 +90,17 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     outln!("schema {}", target.schema);
     outln!(
-        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  {:<24} state",
-        "queue",
-        "queued",
-        "ready",
-        "held",
-        "running",
-        "done",
-        "failed",
-        "oldest ready",
-        "done/min",
-        "limits"
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>14} {:>10}  {:<24} STATE",
+        "QUEUE",
+        "QUEUED",
+        "READY",
+        "HELD",
+        "RUNNING",
+        "DONE",
+        "FAILED",
+        "OLDEST READY",
+        "DONE/MIN",
+        "LIMITS"
     );
     if h.queues.is_empty() {
         outln!("(no jobs)");

@@ -13,10 +13,14 @@ use crate::connect::Target;
 use crate::errors::{usage, Interrupted};
 use crate::exec::{self, Exec};
 use crate::output::{errln, print_json};
-use crate::parse::{optional_within, within};
+use crate::parse::{optional_within, period_text, text, within};
+use skiplock::WorkerConfig;
 
 #[derive(Debug, Clone)]
 pub struct QueueArg(String, usize);
+
+/// A queue's concurrency when `--queue` does not give one.
+const DEFAULT_CONCURRENCY: usize = 10;
 
 fn parse_queue(s: &str) -> Result<QueueArg, String> {
     let (name, n) = match s.split_once('=') {
@@ -28,7 +32,7 @@ fn parse_queue(s: &str) -> Result<QueueArg, String> {
                 .filter(|n| *n > 0)
                 .ok_or_else(|| format!("{n:?} is not a concurrency (a whole number above 0)"))?,
         ),
-        None => (s, 10),
+        None => (s, DEFAULT_CONCURRENCY),
     };
     Ok(QueueArg(name.trim().to_owned(), n))
 }
@@ -74,9 +78,13 @@ fn parse_threshold(s: &str) -> Result<Threshold, String> {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A queue to serve, as QUEUE or QUEUE=CONCURRENCY (default concurrency 10). Repeat for
-    /// several queues; default: default=10.
-    #[arg(long = "queue", value_name = "QUEUE[=N]", value_parser = parse_queue)]
+    #[arg(long = "queue", value_name = "QUEUE[=N]", value_parser = parse_queue,
+          help = text!(format!(
+              "A queue to serve, as QUEUE or QUEUE=CONCURRENCY (default concurrency \
+               {DEFAULT_CONCURRENCY}). Repeat for several queues; default: \
+               {}={DEFAULT_CONCURRENCY}",
+              skiplock::DEFAULT_QUEUE
+          )))]
     queues: Vec<QueueArg>,
     /// Process what is ready, then exit 0 (for a scheduled worker). Stopped by SIGINT or
     /// SIGTERM first, it exits 130 or 143 (128 + the signal) once its running jobs are
@@ -84,10 +92,11 @@ pub struct Args {
     #[arg(long)]
     drain: bool,
     /// Fallback poll interval when no notification arrives (10ms to 7d), or `off`.
-    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = "5s")]
+    #[arg(long, value_name = "D|off", value_parser = parse_poll, default_value = text!(period_text(WorkerConfig::DEFAULT_POLL_INTERVAL)))]
     poll_interval: Poll,
     /// Lease per claim (1s to 1d); renewed by heartbeats every third of it while a job runs.
-    #[arg(long, value_parser = within::<1000, DAY>, default_value = "60s")]
+    #[arg(long, value_parser = within::<1000, DAY>,
+          default_value = text!(period_text(WorkerConfig::DEFAULT_LEASE)))]
     lease: Duration,
     /// On SIGINT/SIGTERM, how long running jobs may finish before they are cancelled and put
     /// back in the queue. With --exec, the commands still running then get SIGTERM, and
@@ -96,34 +105,43 @@ pub struct Args {
     /// worker exits within this (plus 3 s with --exec) plus 15 s even when the database
     /// does not answer; outcomes it could not write are logged and left to the reaper. At
     /// most 1d.
-    #[arg(long, value_parser = within::<0, DAY>, default_value = "30s")]
+    #[arg(long, value_parser = within::<0, DAY>,
+          default_value = text!(period_text(WorkerConfig::DEFAULT_SHUTDOWN_TIMEOUT)))]
     shutdown_timeout: Duration,
-    /// Wait before the first retry of a failed job; later ones double (default 10s; 1ms to
-    /// 365d).
-    #[arg(long, value_parser = within::<1, { 365 * DAY }>, default_value = "10s")]
+    /// Wait before the first retry of a failed job; later ones double (1ms to 365d).
+    #[arg(long, value_parser = within::<1, { 365 * DAY }>,
+          default_value = text!(period_text(skiplock::Backoff::DEFAULT_BASE)))]
     retry_base: Duration,
-    /// The longest wait between retries (default 1h; 1ms to 365d).
-    #[arg(long, value_parser = within::<1, { 365 * DAY }>, default_value = "1h")]
+    /// The longest wait between retries (1ms to 365d).
+    #[arg(long, value_parser = within::<1, { 365 * DAY }>,
+          default_value = text!(period_text(skiplock::Backoff::DEFAULT_CAP)))]
     retry_cap: Duration,
     /// How often expired leases are reaped (one reaper at a time across workers; 100ms to
     /// 1d).
-    #[arg(long, value_parser = within::<100, DAY>, default_value = "30s")]
+    #[arg(long, value_parser = within::<100, DAY>,
+          default_value = text!(period_text(WorkerConfig::DEFAULT_REAP_INTERVAL)))]
     reap_interval: Duration,
     /// Longest one job may run (then it is cancelled and retried), e.g. 10m (1ms to 365d).
     #[arg(long, value_parser = within::<1, { 365 * DAY }>)]
     timeout: Option<Duration>,
     /// Prune done jobs older than this while working (hourly, one process at a time), or
     /// `off` (1s to 36500d).
-    #[arg(long, value_name = "D|off", value_parser = parse_retention, default_value = "7d")]
+    #[arg(long, value_name = "D|off", value_parser = parse_retention,
+          default_value = text!(period_text(skiplock::PruneOptions::DEFAULT_OLDER_THAN)))]
     prune_older_than: Poll,
     /// Close pool connections unused for this long (1s to 7d), or `off` (the LISTEN
     /// connection stays).
-    #[arg(long, value_name = "D|off", value_parser = parse_idle, default_value = "5m")]
+    #[arg(long, value_name = "D|off", value_parser = parse_idle,
+          default_value = text!(period_text(WorkerConfig::DEFAULT_IDLE_CONNECTION_TIMEOUT)))]
     idle_timeout: Poll,
-    /// Vacuum the jobs table once it has more dead tuples than this (checked every 5 s while
-    /// there is work, one process at a time; needs the role to own the table, or MAINTAIN on
-    /// PostgreSQL 17+), or `off` to leave it to autovacuum.
-    #[arg(long, value_name = "N|off", value_parser = parse_threshold, default_value = "1000")]
+    #[arg(long, value_name = "N|off", value_parser = parse_threshold,
+          default_value = text!(WorkerConfig::DEFAULT_VACUUM_THRESHOLD.to_string()),
+          help = text!(format!(
+              "Vacuum the jobs table once it has more dead tuples than this (checked every {} \
+               while there is work, one process at a time; needs the role to own the table, \
+               or MAINTAIN on PostgreSQL 17+), or `off` to leave it to autovacuum",
+              period_text(WorkerConfig::DEFAULT_VACUUM_CHECK_INTERVAL)
+          )))]
     vacuum_threshold: Threshold,
     /// Claims each queue may have in flight at once, each on its own connection (default:
     /// automatic, one per 100 of concurrency, between 2 and 4). All of them together never
@@ -175,7 +193,10 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         None => builtin(options),
     };
     let queues = if args.queues.is_empty() {
-        vec![QueueArg(skiplock::DEFAULT_QUEUE.to_owned(), 10)]
+        vec![QueueArg(
+            skiplock::DEFAULT_QUEUE.to_owned(),
+            DEFAULT_CONCURRENCY,
+        )]
     } else {
         args.queues.clone()
     };

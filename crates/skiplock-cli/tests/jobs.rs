@@ -178,8 +178,8 @@ async fn every_state() {
         "QUEUE",
         "KIND",
         "ATTEMPTS",
-        "RUN_AT/FINISHED_AT",
-        "LAST_ERROR",
+        "RUN AT/FINISHED AT",
+        "LAST ERROR",
     ] {
         assert!(rows[0].contains(col), "{table}");
     }
@@ -391,60 +391,108 @@ async fn bad_input_is_refused() {
     assert!(err.contains("migrate"), "{err}");
 }
 
+/// `jobs` only lists: the bulk actions are `skiplock retry`, `cancel` and `delete` with the
+/// same filters (tested by `crates/skiplock-cli/tests/bulk.rs`).
 #[tokio::test]
-async fn bulk_actions_need_confirmation() {
+async fn jobs_only_lists() {
     let db = TestDb::new().await;
     ten_jobs(&db).await;
-
-    // Without a terminal and without --yes: refused, nothing changed.
-    for action in ["--retry", "--cancel", "--delete"] {
+    for action in ["--retry", "--cancel", "--delete", "--yes"] {
         let err = refused(&run(&db, &["jobs", "--state", "failed", action]));
-        assert!(err.contains("without confirmation"), "{err}");
-        assert!(err.contains("--yes"), "{err}");
+        assert!(err.contains(action), "{err}");
     }
     assert_eq!(ids(&db, &["--state", "failed"]), [9, 8]);
-    refused(&run(&db, &["jobs", "--yes"]));
-    refused(&run(&db, &["jobs", "--retry", "--delete", "--yes"]));
+    let help = ok(&run(&db, &["jobs", "--help"]));
+    assert!(help.contains("`jobs` only lists"), "{help}");
+}
 
-    // --yes: this page only (job 9), not job 8 beyond --limit.
-    let out = ok(&run(
-        &db,
-        &[
-            "jobs", "--state", "failed", "--limit", "1", "--retry", "--yes",
-        ],
-    ));
-    assert!(out.contains("retried 1 of 1"), "{out}");
-    assert!(out.contains("more jobs match"), "{out}");
-    assert_eq!(ids(&db, &["--state", "failed"]), [8]);
+/// The columns of the jobs table, from the catalog.
+async fn columns(db: &TestDb) -> Vec<String> {
+    let c = db.connect().await.unwrap();
+    c.query(
+        "SELECT column_name::text FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = 'jobs' ORDER BY ordinal_position",
+        &[&db.schema()],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
 
-    // --cancel: the scheduled jobs end cancelled.
-    let out = lines(&ok(&run(
-        &db,
-        &[
-            "jobs",
-            "--state",
-            "scheduled",
-            "--cancel",
-            "--yes",
-            "--json",
-        ],
-    )));
-    assert_eq!(out[0]["cancelled"], serde_json::json!([2, 10]), "{out:?}");
-    assert_eq!(ids(&db, &["--state", "cancelled"]), [10, 2]);
+/// The columns of the table that a JSON object lacks, or holds as null.
+fn missing(columns: &[String], j: &serde_json::Value) -> Vec<String> {
+    columns
+        .iter()
+        .filter(|c| j.get(c.as_str()).is_none_or(serde_json::Value::is_null))
+        .cloned()
+        .collect()
+}
 
-    // --delete: running jobs are left alone.
-    let out = lines(&ok(&run(
+/// `show --json` and `jobs --json` print every column of the table, whatever migrations
+/// added: the list comes from the catalog, and a job with every column set must show each
+/// one with a value.
+#[tokio::test]
+async fn show_prints_every_column() {
+    let db = TestDb::new().await;
+    ok(&run(&db, &["migrate"]));
+    sql(
         &db,
-        &[
-            "jobs",
-            "--state",
-            "done,running",
-            "--delete",
-            "--yes",
-            "--json",
-        ],
-    )));
-    assert_eq!(out[0]["deleted"], serde_json::json!([7]), "{out:?}");
-    assert_eq!(out[0]["unchanged"], serde_json::json!([6]), "{out:?}");
-    assert_eq!(ids(&db, &["--state", "done,running"]), [6]);
+        "INSERT INTO {s}.jobs (kind, payload, status, finished_at) VALUES ('parent', '{}', 'done', now());
+         INSERT INTO {s}.jobs (queue, kind, payload, status, run_at, attempts, max_attempts,
+                               locked_until, last_error, created_at, priority, finished_at,
+                               unique_key, unique_queued_only, schedule, key, sequence, held,
+                               output, after, waiting, has_children)
+         VALUES ('mail', 'send', '{\"n\": 1}', 'failed', now(), 2, 3, now(), 'boom', now(), 4,
+                 now(), 'k1', true, 'nightly', 'tenant-1', 'seq-1', 'after', '{\"ok\": 1}',
+                 '{1}', 1, true);",
+    )
+    .await;
+    let columns = columns(&db).await;
+    assert!(columns.len() >= 23, "{columns:?}");
+
+    let shown = lines(&ok(&run(&db, &["show", "2", "--json"])));
+    assert_eq!(
+        missing(&columns, &shown[0]),
+        Vec::<String>::new(),
+        "{}",
+        shown[0]
+    );
+    assert_eq!(shown[0]["unique_key"], "k1");
+    assert_eq!(shown[0]["unique_queued_only"], true);
+    assert_eq!(shown[0]["has_children"], true);
+    let listed = lines(&ok(&run(&db, &["jobs", "--json", "--id-from", "2"])));
+    assert_eq!(
+        missing(&columns, &listed[0]),
+        Vec::<String>::new(),
+        "{}",
+        listed[0]
+    );
+
+    // The text: a line per column (max_attempts on the attempts line, unique_queued_only on
+    // the unique_key line).
+    let text = ok(&run(&db, &["show", "2"]));
+    for c in &columns {
+        let label = match c.as_str() {
+            "max_attempts" => "attempts     2 of 3",
+            "waiting" => "waiting      1 of them",
+            "unique_queued_only" => "unique_key   k1 (queued only)",
+            c => c,
+        };
+        assert!(
+            text.lines().any(|l| l.starts_with(label)),
+            "{c}: no line {label:?} in\n{text}"
+        );
+    }
+
+    // Negative control: a column the command does not know is reported missing.
+    sql(
+        &db,
+        "ALTER TABLE {s}.jobs ADD COLUMN zz_extra int DEFAULT 7",
+    )
+    .await;
+    let columns = self::columns(&db).await;
+    let shown = lines(&ok(&run(&db, &["show", "2", "--json"])));
+    assert_eq!(missing(&columns, &shown[0]), ["zz_extra"]);
 }

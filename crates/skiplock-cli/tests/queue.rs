@@ -293,7 +293,7 @@ async fn queue_limit_sets_merges_lifts_and_lists_the_limits() {
     let list = ok(&run(&db, &["queue", "list"]));
     assert!(list.lines().next().is_some_and(|l| l.contains("schema")));
     let header = list.lines().nth(1).unwrap();
-    for col in ["held", "running", "limits", "bound"] {
+    for col in ["HELD", "RUNNING", "LIMITS", "BOUND"] {
         assert!(header.contains(col), "{list}");
     }
     let line = list.lines().find(|l| l.starts_with("mail")).unwrap();

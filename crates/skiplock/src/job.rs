@@ -53,6 +53,8 @@ impl fmt::Display for JobState {
 
 /// The queue a job goes to unless told otherwise.
 pub const DEFAULT_QUEUE: &str = "default";
+/// The kind of a job inserted without one (the `kind` column's default: plain SQL inserts).
+pub const DEFAULT_KIND: &str = "default";
 /// The article's default `max_attempts`.
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 
@@ -493,6 +495,14 @@ pub struct JobRow {
     /// `waiting`: how many of [`JobRow::after`] are not done yet (`None` for a job that
     /// waits for none).
     pub waiting: Option<i32>,
+    /// `unique_key`: the job's uniqueness key (a SHA-256 hex digest of its
+    /// [`Unique`](crate::Unique) rule's fields), `None` for a job enqueued without a rule.
+    pub unique_key: Option<String>,
+    /// `unique_queued_only`: the rule lets a new job queue behind a running duplicate (the
+    /// claim then clears `unique_key`).
+    pub unique_queued_only: bool,
+    /// `has_children`: `Some(true)` once another job waits for this one ([`NewJob::after`]).
+    pub has_children: Option<bool>,
 }
 
 impl JobRow {

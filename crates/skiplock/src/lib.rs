@@ -81,7 +81,8 @@ pub use handler::{
 };
 pub use job::{
     Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, ReapedJob,
-    Relative, Retry, Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER, MAX_BATCH_BYTES,
+    Relative, Retry, Transition, DEFAULT_KIND, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER,
+    MAX_BATCH_BYTES,
 };
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};

@@ -513,6 +513,9 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
             .map(JobId)
             .collect(),
         waiting: r.try_get("waiting")?,
+        unique_key: r.try_get("unique_key")?,
+        unique_queued_only: r.try_get("unique_queued_only")?,
+        has_children: r.try_get("has_children")?,
     })
 }
 

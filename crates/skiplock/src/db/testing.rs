@@ -45,6 +45,9 @@ struct RawRow {
     output: Option<String>,
     after: Option<Vec<i64>>,
     waiting: Option<i32>,
+    unique_key: Option<String>,
+    unique_queued_only: bool,
+    has_children: Option<bool>,
 }
 
 impl Store {
@@ -84,6 +87,9 @@ impl Store {
                     output: r.output,
                     after: r.after.unwrap_or_default().into_iter().map(JobId).collect(),
                     waiting: r.waiting,
+                    unique_key: r.unique_key,
+                    unique_queued_only: r.unique_queued_only,
+                    has_children: r.has_children,
                 })
             })
             .collect()
@@ -157,6 +163,9 @@ macro_rules! raw_row {
             output: r.try_get("output")?,
             after: r.try_get("after")?,
             waiting: r.try_get("waiting")?,
+            unique_key: r.try_get("unique_key")?,
+            unique_queued_only: r.try_get("unique_queued_only")?,
+            has_children: r.try_get("has_children")?,
         }
     }};
 }

@@ -104,6 +104,8 @@ impl WorkerConfig {
     pub const DEFAULT_IDLE_CONNECTION_TIMEOUT: Duration = IdleConfig::DEFAULT_TIMEOUT;
     /// The default vacuum threshold.
     pub const DEFAULT_VACUUM_THRESHOLD: u64 = VacuumConfig::DEFAULT_THRESHOLD;
+    /// How often the vacuum service reads the jobs table's dead tuples while there is work.
+    pub const DEFAULT_VACUUM_CHECK_INTERVAL: Duration = VacuumConfig::DEFAULT_CHECK_INTERVAL;
     /// The most claims in flight per queue that the automatic setting picks.
     pub const AUTO_CLAIMS_IN_FLIGHT_MAX: usize = 4;
 
