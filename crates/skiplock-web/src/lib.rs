@@ -56,12 +56,14 @@
 #![warn(missing_docs)]
 
 mod actions;
+mod chart;
 mod db;
 mod guard;
 mod health;
 mod html;
 mod jobs;
 mod queues;
+mod workers;
 mod workflow;
 
 use std::sync::Arc;
@@ -267,6 +269,10 @@ impl Dashboard {
             .route("/jobs/{id}", get(jobs::show))
             .route("/jobs/{id}/{action}", post(actions::single))
             .route("/bulk", get(actions::confirm).post(actions::bulk))
+            .route("/selected", post(actions::selected))
+            .route("/search", get(jobs::search))
+            .route("/workers", get(workers::page))
+            .route("/queues/{name}", get(queues::queue_page))
             .route("/queues/{name}/{action}", post(actions::queue))
             .route("/schedules/{name}/{action}", post(actions::schedule))
             .route("/health", get(health::page))

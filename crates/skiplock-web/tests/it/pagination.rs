@@ -68,7 +68,7 @@ async fn no_statement_pages_with_offset() {
             .filter(|l| !l.trim_start().starts_with("--"))
             .collect();
         assert!(!code.to_ascii_uppercase().contains("OFFSET"));
-        assert!(sql.contains("ORDER BY id"));
+        assert!(sql.contains("ORDER BY j.id"));
     }
 }
 
@@ -156,7 +156,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$4::int8", "NULL::int8")
                 .replace("$5", "51")
                 .replace("$6::int8", &format!("{lo}::int8"))
-                .replace("$7::bool", "false::bool"),
+                .replace("$7::bool", "false::bool")
+                .replace("$8::text", "NULL::text"),
         ),
         (
             "job_list_newer",
@@ -167,7 +168,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$4::int8", &format!("{}::int8", lo - 5_000))
                 .replace("$5", "51")
                 .replace("$6::int8", &format!("{lo}::int8"))
-                .replace("$7::bool", "false::bool"),
+                .replace("$7::bool", "false::bool")
+                .replace("$8::text", "NULL::text"),
         ),
         (
             "job_count",
@@ -177,7 +179,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$3::text", "'k3'::text")
                 .replace("$4", "10000")
                 .replace("$5::int8", &format!("{lo}::int8"))
-                .replace("$6::bool", "false::bool"),
+                .replace("$6::bool", "false::bool")
+                .replace("$7::text", "NULL::text"),
         ),
         (
             "job_select_ids",
@@ -188,7 +191,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$4::int8", &format!("{top}::int8"))
                 .replace("$5", "1000")
                 .replace("$6::int8", &format!("{lo}::int8"))
-                .replace("$7::bool", "false::bool"),
+                .replace("$7::bool", "false::bool")
+                .replace("$8::text", "NULL::text"),
         ),
     ];
     for (name, sql) in cases {

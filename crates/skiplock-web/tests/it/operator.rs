@@ -1,0 +1,601 @@
+//! What an operator does with the dashboard: display states that agree with `skiplock jobs`,
+//! search, ticked-row actions, Run now, a paused queue's banner, the workers page, a queue's
+//! charts and a job's attempt history.
+
+use axum::http::StatusCode;
+use skiplock::Statement;
+use skiplock_web::Access;
+
+use crate::support::{get, ids, post, post_with, setup, Bundle};
+
+/// One job in each display state; returns (id, the state `skiplock jobs` gives it).
+async fn one_of_each(b: &Bundle) -> Vec<(i64, &'static str)> {
+    let mut out = Vec::new();
+    let add = |sql: &'static str| async move {
+        b.raw.query_one(sql, &[]).await.unwrap().get::<_, i64>(0)
+    };
+    out.push((
+        add("INSERT INTO jobs (queue, payload) VALUES ('q', '{}') RETURNING id").await,
+        "available",
+    ));
+    out.push((
+        add("INSERT INTO jobs (queue, payload, run_at) VALUES ('q', '{}', now() + interval '1 hour') \
+             RETURNING id")
+        .await,
+        "scheduled",
+    ));
+    out.push((
+        add(
+            "INSERT INTO jobs (queue, payload, attempts, last_error, run_at) \
+             VALUES ('q', '{}', 1, 'timeout', now() + interval '30 seconds') RETURNING id",
+        )
+        .await,
+        "retrying",
+    ));
+    out.push((b.add("q", "k", "running").await, "running"));
+    // Held: waiting for its turn in a sequence (as the sequence's insert trigger marks a
+    // member behind an active one).
+    let waiting = add(
+        "INSERT INTO jobs (queue, payload, sequence) VALUES ('q', '{}', 'seq-1') \
+                       RETURNING id",
+    )
+    .await;
+    b.raw
+        .execute(
+            "UPDATE jobs SET held = 'sequence' WHERE id = $1",
+            &[&waiting],
+        )
+        .await
+        .unwrap();
+    out.push((waiting, "waiting"));
+    out.push((b.add("q", "k", "done").await, "done"));
+    out.push((b.add("q", "k", "failed").await, "failed"));
+    out.push((
+        add(
+            "INSERT INTO jobs (queue, payload, status, attempts, finished_at, last_error) \
+             VALUES ('q', '{}', 'failed', 0, now(), 'cancelled') RETURNING id",
+        )
+        .await,
+        "cancelled",
+    ));
+    out
+}
+
+/// The display state of each row of a job list page, in page order.
+fn states(body: &str) -> Vec<String> {
+    let table = &body[body.find("<table class=\"grid jobs\">").unwrap()..];
+    table
+        .split("<span class=\"state state-")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn display_states_agree_with_skiplock_jobs_and_filter_the_list() {
+    let b = setup().await;
+    let jobs = one_of_each(&b).await;
+    // What `skiplock jobs` derives, by the library's own statement.
+    let lib: Vec<(i64, String)> = b
+        .raw
+        .query(
+            b.client.statement(Statement::JobsList),
+            &[
+                &None::<Vec<String>>,
+                &None::<Vec<String>>,
+                &None::<String>,
+                &None::<String>,
+                &None::<i64>,
+                &None::<i64>,
+                &None::<i64>,
+                &None::<i64>,
+                &None::<i64>,
+                &100i64,
+            ],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get("id"), r.get("state")))
+        .collect();
+    let want: Vec<(i64, String)> = jobs
+        .iter()
+        .rev()
+        .map(|(id, s)| (*id, (*s).to_owned()))
+        .collect();
+    // The fixture covers every display state, as the library names them (so the comparison
+    // below cannot pass on a list of one state).
+    assert_eq!(lib, want, "the library's derivation");
+
+    let r = b.router();
+    let list = get(&r, "/jobs").await;
+    let shown: Vec<(i64, String)> = ids(&list.body)
+        .into_iter()
+        .zip(states(&list.body))
+        .collect();
+    assert_eq!(shown, lib, "the list shows the library's display states");
+
+    // Each state filters to its jobs alone, and `waiting` is the list's `held`.
+    for (id, state) in &jobs {
+        let page = get(&r, &format!("/jobs?state={state}")).await;
+        assert_eq!(page.status, StatusCode::OK, "{state}: {}", page.body);
+        assert_eq!(ids(&page.body), [*id], "state={state}");
+    }
+    // `queued` keeps meaning every queued job.
+    let queued = get(&r, "/jobs?state=queued").await;
+    assert_eq!(ids(&queued.body).len(), 4);
+
+    // A job's page shows its display state.
+    for (id, state) in &jobs {
+        let page = get(&r, &format!("/jobs/{id}")).await;
+        assert!(
+            page.body
+                .contains(&format!("<span class=\"state state-{state}\"")),
+            "job {id} ({state}): {}",
+            page.body
+        );
+    }
+    let bad = get(&r, "/jobs?state=sleeping").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.body.contains("is not a job state"));
+}
+
+#[tokio::test]
+async fn search_opens_a_job_by_id_and_reads_the_newest_payloads_only() {
+    let b = setup().await;
+    let old = b
+        .raw
+        .query_one(
+            "INSERT INTO jobs (queue, payload) VALUES ('q', '{\"to\": \"needle@old.example\"}') \
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    b.add_many(10_000, "q", "k", "done").await;
+    let new = b
+        .raw
+        .query_one(
+            "INSERT INTO jobs (queue, payload) VALUES ('q', '{\"to\": \"Needle@new.example\"}') \
+             RETURNING id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    let r = b.router();
+
+    let by_id = get(&r, &format!("/search?q={old}")).await;
+    assert_eq!(by_id.status, StatusCode::SEE_OTHER);
+    assert_eq!(by_id.location(), format!("/jobs/{old}"));
+
+    let found = get(&r, "/search?q=NEEDLE%40").await;
+    assert_eq!(found.status, StatusCode::OK, "{}", found.body);
+    assert_eq!(ids(&found.body), [new], "{}", found.body);
+    assert!(
+        found.body.contains("searched the newest 10,000 jobs"),
+        "{}",
+        found.body
+    );
+    // Negative control: the old job's payload holds the text too; only the bound leaves it out.
+    let everywhere: i64 = b
+        .raw
+        .query_one(
+            "SELECT count(*) FROM jobs WHERE payload::text ILIKE '%needle@%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(everywhere, 2);
+
+    // An id no job has is looked for as text.
+    let none = get(&r, "/search?q=99999999").await;
+    assert_eq!(none.status, StatusCode::OK);
+    assert!(
+        none.body.contains("There is no job 99,999,999"),
+        "{}",
+        none.body
+    );
+    assert!(none.body.contains("No job's payload contains this text"));
+    let long = get(&r, &format!("/search?q={}", "x".repeat(201))).await;
+    assert_eq!(long.status, StatusCode::BAD_REQUEST);
+    // Every page's bar has the search box.
+    assert!(get(&r, "/").await.body.contains("action=\"/search\""));
+}
+
+#[tokio::test]
+async fn ticked_jobs_are_retried_cancelled_or_deleted_through_the_guard() {
+    let b = setup().await;
+    let f1 = b.add("q", "k", "failed").await;
+    let f2 = b.add("q", "k", "failed").await;
+    let running = b.add("q", "k", "running").await;
+    let untouched = b.add("q", "k", "failed").await;
+    let r = b.router();
+
+    let list = get(&r, "/jobs?state=failed").await;
+    assert!(list.body.contains("form=\"selected\""), "{}", list.body);
+    assert!(list.body.contains("id=\"selected-retry\""));
+
+    // From another site: refused, nothing changes.
+    let form = format!("state=failed&id={f1}&id={f2}&id={running}&action=retry");
+    let forged = post_with(&r, "/selected", &form, &[("sec-fetch-site", "cross-site")]).await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+    assert_eq!(b.status(f1).await.as_deref(), Some("failed"));
+
+    let done = post(&r, "/selected", &form).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert!(
+        done.body.contains("Retried 2 of the 3 ticked jobs"),
+        "{}",
+        done.body
+    );
+    assert!(done.body.contains("1 left alone"), "{}", done.body);
+    assert!(done.body.contains("href=\"/jobs?state=failed\""));
+    assert_eq!(b.status(f1).await.as_deref(), Some("queued"));
+    assert_eq!(b.status(f2).await.as_deref(), Some("queued"));
+    assert_eq!(b.status(running).await.as_deref(), Some("running"));
+    assert_eq!(b.status(untouched).await.as_deref(), Some("failed"));
+
+    let del = post(&r, "/selected", &format!("id={untouched}&action=delete")).await;
+    assert!(
+        del.body.contains("Deleted 1 of the 1 ticked job"),
+        "{}",
+        del.body
+    );
+    assert_eq!(b.status(untouched).await, None);
+
+    let empty = post(&r, "/selected", "action=cancel").await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    assert!(empty.body.contains("Tick at least one job"));
+
+    // Read-only: no checkboxes, and the action is refused.
+    let ro = b.dashboard(Access::read_only("viewer")).router();
+    let list = get(&ro, "/jobs").await;
+    assert!(!list.body.contains("form=\"selected\""));
+    let refused = post(&ro, "/selected", &format!("id={f1}&action=cancel")).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert_eq!(b.status(f1).await.as_deref(), Some("queued"));
+}
+
+#[tokio::test]
+async fn run_now_moves_only_a_queued_job_that_never_ran_and_leaves_a_claim_alone() {
+    let b = setup().await;
+    let later = |attempts: i32| {
+        let raw = &b.raw;
+        async move {
+            raw.query_one(
+                "INSERT INTO jobs (queue, payload, attempts, run_at, last_error) \
+                 VALUES ('q', '{}', $1, now() + interval '1 hour', \
+                         CASE WHEN $1 > 0 THEN 'boom' END) RETURNING id",
+                &[&attempts],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+        }
+    };
+    let due_at = |id: i64| {
+        let raw = &b.raw;
+        async move {
+            raw.query_one(
+                "SELECT extract(epoch FROM run_at - now())::float8 FROM jobs WHERE id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap()
+            .get::<_, f64>(0)
+        }
+    };
+    let r = b.router();
+
+    let fresh = later(0).await;
+    let page = get(&r, &format!("/jobs/{fresh}")).await;
+    assert!(page.body.contains("id=\"action-run\""), "{}", page.body);
+    let res = post(&r, &format!("/jobs/{fresh}/run"), "").await;
+    assert_eq!(res.status, StatusCode::SEE_OTHER);
+    assert_eq!(res.location(), format!("/jobs/{fresh}?done=run&changed=1"));
+    assert!(due_at(fresh).await <= 0.0);
+    let page = get(&r, res.location()).await;
+    assert!(page.body.contains("Due now"), "{}", page.body);
+    // Due now: no Run now button any more.
+    assert!(!page.body.contains("id=\"action-run\""));
+
+    // A retry waiting for its backoff keeps it.
+    let retrying = later(1).await;
+    assert!(!get(&r, &format!("/jobs/{retrying}"))
+        .await
+        .body
+        .contains("id=\"action-run\""));
+    let res = post(&r, &format!("/jobs/{retrying}/run"), "").await;
+    assert_eq!(
+        res.location(),
+        format!("/jobs/{retrying}?done=run&changed=0")
+    );
+    assert!(due_at(retrying).await > 3000.0);
+
+    // A claim that takes the job while Run now waits for its row: the claim wins, untouched.
+    let claimed = later(0).await;
+    let claimer = b.db.connect().await.unwrap();
+    claimer
+        .batch_execute(&format!(
+            "SET search_path TO \"{}\"; BEGIN; \
+             UPDATE jobs SET status = 'running', attempts = 1, \
+             locked_until = now() + interval '5 minutes' WHERE id = {claimed}",
+            b.db.schema()
+        ))
+        .await
+        .unwrap();
+    let r2 = r.clone();
+    let run = tokio::spawn(async move { post(&r2, &format!("/jobs/{claimed}/run"), "").await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!run.is_finished(), "Run now waits for the claim's row lock");
+    claimer.batch_execute("COMMIT").await.unwrap();
+    let res = run.await.unwrap();
+    assert_eq!(
+        res.location(),
+        format!("/jobs/{claimed}?done=run&changed=0")
+    );
+    let (status, attempts): (String, i32) = {
+        let row = b
+            .raw
+            .query_one(
+                "SELECT status, attempts FROM jobs WHERE id = $1",
+                &[&claimed],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((status.as_str(), attempts), ("running", 1));
+    assert!(
+        due_at(claimed).await > 3000.0,
+        "the claimed job's run_at was left alone"
+    );
+
+    // Read-only access cannot.
+    let other = later(0).await;
+    let ro = b.dashboard(Access::read_only("viewer")).router();
+    assert_eq!(
+        post(&ro, &format!("/jobs/{other}/run"), "").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert!(due_at(other).await > 3000.0);
+}
+
+#[tokio::test]
+async fn a_paused_queue_says_so_on_its_list_and_its_page() {
+    let b = setup().await;
+    b.add("mail", "send", "queued").await;
+    b.add("reports", "build", "queued").await;
+    b.client
+        .pause_queue("mail", Some("ops-oncall"))
+        .await
+        .unwrap();
+    let r = b.router();
+    for path in ["/jobs?queue=mail", "/queues/mail"] {
+        let page = get(&r, path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}: {}", page.body);
+        assert!(
+            page.body.contains("id=\"paused-banner\""),
+            "{path}: {}",
+            page.body
+        );
+        assert!(
+            page.body.contains("is paused by <b>ops-oncall</b> since"),
+            "{path}"
+        );
+    }
+    for path in ["/jobs?queue=reports", "/queues/reports", "/jobs"] {
+        let page = get(&r, path).await;
+        assert!(
+            !page.body.contains("paused-banner"),
+            "{path}: {}",
+            page.body
+        );
+    }
+    let bad = get(&r, "/queues/no%20such").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn workers_are_running_sleeping_or_gone_by_their_own_heartbeat() {
+    let b = setup().await;
+    // (host, poll_off, last seen this many seconds ago, stopped this many seconds ago)
+    let workers: [(&str, bool, f64, Option<f64>); 6] = [
+        ("alive", false, 1.0, None),
+        // 1.5 heartbeats of silence: within the grace, still running.
+        ("late", false, 15.0, None),
+        // 2.5 heartbeats of silence with the poll on: gone.
+        ("silent", false, 25.0, None),
+        // An hour of silence with the poll off: sleeping, not gone.
+        ("idle", true, 3_600.0, None),
+        ("stopped", false, 3_600.0, Some(3_600.0)),
+        // Gone more than a day ago: not listed.
+        ("ancient", false, 90_000.0, Some(90_000.0)),
+    ];
+    for (host, poll_off, seen, stopped) in workers {
+        b.raw
+            .execute(
+                "INSERT INTO workers (host, pid, queues, concurrency, running, poll_off, \
+                 heartbeat, version, started_at, last_seen, stopped_at) \
+                 VALUES ($1, 4242, '{\"mail\": 4, \"reports\": 2}', 6, 3, $2, \
+                         interval '10 seconds', '0.9.0', now() - interval '2 days', \
+                         now() - $3 * interval '1 second', \
+                         now() - $4 * interval '1 second')",
+                &[&host, &poll_off, &seen, &stopped],
+            )
+            .await
+            .unwrap();
+    }
+    let r = b.router();
+    let page = get(&r, "/workers").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let state_of = |host: &str| -> Option<String> {
+        let cell = format!("<tr><td>{host}</td>");
+        let row = &page.body[page.body.find(&cell)?..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        let s = &row[row.find("class=\"wstate ")? + "class=\"wstate ".len()..];
+        Some(s[..s.find('"').unwrap()].to_owned())
+    };
+    assert_eq!(state_of("alive").as_deref(), Some("running"));
+    assert_eq!(state_of("late").as_deref(), Some("running"));
+    assert_eq!(state_of("silent").as_deref(), Some("gone"));
+    assert_eq!(state_of("idle").as_deref(), Some("sleeping"));
+    assert_eq!(state_of("stopped").as_deref(), Some("gone"));
+    assert_eq!(state_of("ancient"), None, "gone for more than a day");
+    assert!(
+        page.body.contains("3 workers serving the queues"),
+        "{}",
+        page.body
+    );
+    // The gone ones are listed apart, after the live ones.
+    let gone_at = page.body.find("Gone in the last 24 hours").unwrap();
+    assert!(page.body.find("<td>silent</td>").unwrap() > gone_at);
+    assert!(page.body.find("<td>idle</td>").unwrap() < gone_at);
+    assert!(page.body.contains("href=\"/queues/mail\">mail</a>"));
+    assert!(page.body.contains("href=\"/workers\" class=\"active\""));
+
+    // The queues page counts the live workers of each queue.
+    b.add("mail", "send", "queued").await;
+    b.add("other", "send", "queued").await;
+    let q = get(&r, "/").await;
+    let workers_cell = |queue: &str| -> String {
+        let start = q.body.find(&format!(">{queue}</a></td>")).unwrap();
+        let row = &q.body[start..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        row.split("<td>").nth(9).unwrap().to_owned()
+    };
+    assert!(
+        workers_cell("mail").contains(">3</a>"),
+        "{}",
+        workers_cell("mail")
+    );
+    assert!(
+        workers_cell("other").contains(">0<"),
+        "{}",
+        workers_cell("other")
+    );
+    assert!(get(&r, "/queues/mail")
+        .await
+        .body
+        .contains("3 live workers serving it"));
+}
+
+#[tokio::test]
+async fn a_queues_charts_draw_its_samples_and_never_a_line_without_them() {
+    let b = setup().await;
+    b.add("mail", "send", "queued").await;
+    let r = b.router();
+    let empty = get(&r, "/queues/mail").await;
+    assert!(empty.body.contains("id=\"no-samples\""), "{}", empty.body);
+    assert!(!empty.body.contains("<svg class=\"chart\""));
+
+    // Samples older than the hour: still none to draw.
+    b.raw
+        .execute(
+            "INSERT INTO queue_stats (queue, minute, done, failed, available, scheduled, running) \
+             VALUES ('mail', date_trunc('minute', now()) - interval '3 hours', 5, 1, 2, 0, 1)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(get(&r, "/queues/mail")
+        .await
+        .body
+        .contains("id=\"no-samples\""));
+
+    // Minutes 30 to 20 ago and 10 to 0 ago: two runs, a gap between.
+    b.raw
+        .execute(
+            "INSERT INTO queue_stats (queue, minute, done, failed, available, scheduled, running) \
+             SELECT 'mail', date_trunc('minute', now()) - m * interval '1 minute', \
+                    100 + m, m % 3, 40, 5, 4 \
+             FROM generate_series(0, 30) m WHERE m NOT BETWEEN 11 AND 19",
+            &[],
+        )
+        .await
+        .unwrap();
+    let page = get(&r, "/queues/mail").await;
+    assert!(!page.body.contains("no-samples"), "{}", page.body);
+    for id in ["chart-throughput", "chart-depth"] {
+        let start = page.body.find(&format!("id=\"{id}\"")).unwrap();
+        let svg = &page.body[start..start + page.body[start..].find("</svg>").unwrap()];
+        // One polyline per run of each series (2 series or 3), never one across the gap.
+        let series = if id == "chart-depth" { 3 } else { 2 };
+        assert_eq!(svg.matches("<polyline").count(), 2 * series, "{svg}");
+    }
+    assert!(
+        page.body.contains("22 of the last 60 minutes sampled"),
+        "{}",
+        page.body
+    );
+}
+
+#[tokio::test]
+async fn a_jobs_page_shows_its_failed_attempts_and_its_run_time() {
+    let b = setup().await;
+    let id = b.add("q", "k", "done").await;
+    b.raw
+        .execute(
+            "UPDATE jobs SET attempts = 3, attempted_at = finished_at - interval '2.5 seconds', \
+             errors = jsonb_build_array( \
+               jsonb_build_object('attempt', 1, 'at', now() - interval '10 minutes', \
+                                  'error', 'connection <refused>', 'ran_ms', 850), \
+               jsonb_build_object('attempt', 2, 'at', now() - interval '5 minutes', \
+                                  'error', 'timeout after 30 s', 'ran_ms', 30012)) \
+             WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let r = b.router();
+    let page = get(&r, &format!("/jobs/{id}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let start = page.body.find("<table class=\"grid history\">").unwrap();
+    let history = &page.body[start..start + page.body[start..].find("</table>").unwrap()];
+    let rows: Vec<&str> = history.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 2, "{history}");
+    assert!(
+        rows[0].contains(">1</td>") && rows[0].contains("850 ms"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[0].contains("connection &lt;refused&gt;"),
+        "escaped: {}",
+        rows[0]
+    );
+    assert!(rows[0].contains("10 min ago"), "{}", rows[0]);
+    assert!(rows[1].contains("30.0 s") && rows[1].contains("timeout after 30 s"));
+    assert!(
+        page.body
+            .contains("2.5 s <span class=\"muted\">(its last attempt)"),
+        "{}",
+        page.body
+    );
+
+    // A job failed before the history: its last error, and no invented attempts.
+    let old = b.add("q", "k", "failed").await;
+    let page = get(&r, &format!("/jobs/{old}")).await;
+    assert!(!page.body.contains("grid history"));
+    assert!(
+        page.body.contains("No failed attempt in its history"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("<pre class=\"error\">boom</pre>"));
+
+    // Malformed entries read as blanks, not as a broken page.
+    b.raw
+        .execute(
+            "UPDATE jobs SET errors = '[{\"attempt\": \"two\", \"ran_ms\": null}, 7]' WHERE id = $1",
+            &[&old],
+        )
+        .await
+        .unwrap();
+    let page = get(&r, &format!("/jobs/{old}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("grid history"));
+}
