@@ -14,7 +14,7 @@ pub(crate) struct Series<'a> {
     pub(crate) points: Vec<(f64, f64)>,
 }
 
-const W: f64 = 600.0;
+const W: f64 = 560.0;
 const H: f64 = 170.0;
 const LEFT: f64 = 48.0;
 const RIGHT: f64 = 12.0;

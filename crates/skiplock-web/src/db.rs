@@ -770,4 +770,36 @@ mod tests {
         let blockers = client.statement(skiplock::Statement::HealthBlockers);
         assert!(blockers.contains("LIMIT $2"), "{blockers}");
     }
+
+    #[test]
+    fn display_states_are_derived_by_the_librarys_expression() {
+        let client = skiplock::Client::builder("postgres://localhost/x")
+            .schema("My-App")
+            .build()
+            .unwrap();
+        let case = |s: &str| -> String {
+            let start = s.find("CASE").expect("a CASE");
+            let end = start + s[start..].find("END AS state").expect("END AS state");
+            s[start..end]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let lib = case(client.statement(skiplock::Statement::JobsList));
+        assert!(
+            lib.contains("'cancelled'") && lib.contains("'retrying'"),
+            "{lib}"
+        );
+        let sql = Sql::new(&Schema::new("My-App").unwrap());
+        for s in [
+            &sql.job_list_older,
+            &sql.job_list_newer,
+            &sql.job_count,
+            &sql.job_select_ids,
+            &sql.job_get,
+            &sql.job_search,
+        ] {
+            assert_eq!(case(s), lib, "{s}");
+        }
+    }
 }

@@ -30,6 +30,10 @@ pub(crate) struct QueueRow {
     pub(crate) queue: String,
     pub(crate) queued: Count,
     pub(crate) ready: Count,
+    /// Queued, due later (display state `scheduled`).
+    pub(crate) scheduled: Count,
+    /// Queued again after a failed attempt (display state `retrying`).
+    pub(crate) retrying: Count,
     pub(crate) running: Count,
     pub(crate) done: Count,
     pub(crate) failed: Count,
@@ -101,6 +105,8 @@ impl QueueRow {
             queue,
             queued: Count::Exact(0),
             ready: Count::Exact(0),
+            scheduled: Count::Exact(0),
+            retrying: Count::Exact(0),
             running: Count::Exact(0),
             done: Count::Exact(0),
             failed: Count::Exact(0),
@@ -198,12 +204,13 @@ const COLUMNS: &[Column] = &[
     },
     Column {
         header: "Ready",
-        title: "Queued and due now",
+        title: "Queued, due now and with an attempt left: the next claim takes them",
         cell: |_, r| r.ready.html(),
     },
     Column {
-        header: "Held",
-        title: "Queued, waiting for their turn in a sequence (not ready, whatever their run_at)",
+        header: "Waiting",
+        title: "Queued, waiting for their parents or their turn in a sequence (held: not ready, \
+                whatever their run_at)",
         cell: |f, r| state_link(f, r, "held", r.held),
     },
     Column {
@@ -240,6 +247,16 @@ const COLUMNS: &[Column] = &[
                 )
             }
         },
+    },
+    Column {
+        header: "Scheduled",
+        title: "Queued, due later",
+        cell: |f, r| state_link(f, r, "scheduled", r.scheduled),
+    },
+    Column {
+        header: "Retrying",
+        title: "Queued again after a failed attempt (due now or after their backoff)",
+        cell: |f, r| state_link(f, r, "retrying", r.retrying),
     },
     Column {
         header: "Workers",
@@ -396,6 +413,8 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
         row.queued = bound(r.get("queued"), unheld_total.max(held_total));
         row.ready = bound(r.get("ready"), unheld_total);
+        row.scheduled = bound(r.get("scheduled"), unheld_total);
+        row.retrying = bound(r.get("retrying"), unheld_total);
         row.held = bound(r.get("held"), held_total);
         row.running = bound(r.get("running"), running_total);
         row.oldest_ready_s = r.get("oldest_ready_age_s");

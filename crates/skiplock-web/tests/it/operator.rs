@@ -135,6 +135,21 @@ async fn display_states_agree_with_skiplock_jobs_and_filter_the_list() {
             page.body
         );
     }
+    // The queues page counts the queued ones by display state too: 4 queued, of them 1
+    // ready (available), 1 waiting, 1 scheduled and 1 retrying.
+    let q = get(&r, "/").await;
+    let row = &q.body[q.body.find(">q</a></td>").unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    let cells: Vec<&str> = row.split("<td>").collect();
+    for (i, n) in [(1, 4), (2, 1), (3, 1), (9, 1), (10, 1)] {
+        let c = cells[i];
+        assert!(
+            c.contains(&format!(">{n}<")) || c.starts_with(&format!("{n}<")),
+            "cell {i}: {row}"
+        );
+    }
+    assert!(cells[9].contains("state=scheduled") && cells[10].contains("state=retrying"));
+
     let bad = get(&r, "/jobs?state=sleeping").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.body.contains("is not a job state"));
@@ -465,7 +480,7 @@ async fn workers_are_running_sleeping_or_gone_by_their_own_heartbeat() {
         let start = q.body.find(&format!(">{queue}</a></td>")).unwrap();
         let row = &q.body[start..];
         let row = &row[..row.find("</tr>").unwrap()];
-        row.split("<td>").nth(9).unwrap().to_owned()
+        row.split("<td>").nth(11).unwrap().to_owned()
     };
     assert!(
         workers_cell("mail").contains(">3</a>"),

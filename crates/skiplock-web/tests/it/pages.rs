@@ -26,13 +26,13 @@ async fn every_page_renders_with_the_databases_figures() {
     let mail = row(&q.body, "mail");
     assert_eq!(
         cells(&mail),
-        ["mail", "3", "3", "0", "1", "4", "0", "4", "0 s", "0", "-", "Pause"],
+        ["mail", "3", "3", "0", "1", "4", "0", "4", "0 s", "0", "0", "0", "-", "Pause"],
         "{mail}"
     );
     let reports = row(&q.body, "reports");
     assert_eq!(
         cells(&reports),
-        ["reports", "0", "0", "0", "0", "2", "1", "3", "-", "0", "-", "Pause"]
+        ["reports", "0", "0", "0", "0", "2", "1", "3", "-", "0", "0", "0", "-", "Pause"]
     );
     // No limited queue and no held job: no flow control section.
     assert!(!q.body.contains("Flow control"), "{}", q.body);
