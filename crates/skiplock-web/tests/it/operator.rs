@@ -304,14 +304,40 @@ async fn run_now_moves_only_a_queued_job_that_never_ran_and_leaves_a_claim_alone
         }
     };
     let r = b.router();
+    // A listener on the schema's channel, as an idle worker (the poll off included) waits.
+    let (listener, mut conn) = tokio_postgres::connect(b.db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (wake_tx, mut woken) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = wake_tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener
+        .batch_execute(&format!("LISTEN \"{}\"", b.client.schema().channel()))
+        .await
+        .unwrap();
+    let wake = |woken: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        let got = woken.try_recv().ok();
+        async move { got }
+    };
 
     let fresh = later(0).await;
+    // The inserts woke it; start from none.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    while woken.try_recv().is_ok() {}
     let page = get(&r, &format!("/jobs/{fresh}")).await;
     assert!(page.body.contains("id=\"action-run\""), "{}", page.body);
     let res = post(&r, &format!("/jobs/{fresh}/run"), "").await;
     assert_eq!(res.status, StatusCode::SEE_OTHER);
     assert_eq!(res.location(), format!("/jobs/{fresh}?done=run&changed=1"));
     assert!(due_at(fresh).await <= 0.0);
+    // Its queue's workers were woken (at commit), so that an idle one looks at once.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(wake(&mut woken).await.as_deref(), Some("q"));
     let page = get(&r, res.location()).await;
     assert!(page.body.contains("Due now"), "{}", page.body);
     // Due now: no Run now button any more.
