@@ -146,7 +146,7 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
             .join("\n")
             .replace("{schema}", &schema)
     };
-    let cases: [(&str, String); 4] = [
+    let cases: [(&str, String); 5] = [
         (
             "job_list_older",
             render(include_str!("../../queries/job_list_older.sql"))
@@ -193,6 +193,14 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$6::int8", &format!("{lo}::int8"))
                 .replace("$7::bool", "false::bool")
                 .replace("$8::text", "NULL::text"),
+        ),
+        (
+            // The payload search: the newest N jobs by id, however rare the text is.
+            "job_search",
+            render(include_str!("../../queries/job_search.sql"))
+                .replace("$1::text", "'needle'::text")
+                .replace("$2::int8", &format!("{lo}::int8"))
+                .replace("$3", "51"),
         ),
     ];
     for (name, sql) in cases {
