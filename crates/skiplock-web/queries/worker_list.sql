@@ -1,14 +1,17 @@
--- The workers (migration 14), at most $2: those not gone, and those gone within the last 24
--- hours, by state (running, sleeping, gone), then host, pid and id. A worker's state:
---   gone      stopped at a clean shutdown, or, with the poll on, silent for longer than $1
---             times its own heartbeat interval (its presence heartbeat stopped: it died)
---   running   seen within $1 times its heartbeat interval
---   sleeping  with the poll off and silent: it writes nothing while idle, so silence is
---             not death
+-- The workers (migration 14), at most $1: those not gone, and those gone within the last 24
+-- hours, by state (running, sleeping, gone), then host, pid and id. A worker's state, by the
+-- expression of the library's worker_list.sql (`skiplock workers`):
+--   gone      stopped at a clean shutdown, or, with the poll on, silent for longer than its
+--             own heartbeat interval plus a grace of as much again (at least 2 seconds): two
+--             missed heartbeats (it died, or lost the database)
+--   running   seen within that time
+--   sleeping  with the poll off and silent as long: it writes nothing while idle, so silence
+--             is not death
 -- When it went: stopped_at, or for a silent one its last sign of life. Its queues as two
 -- arrays in name order: names and their concurrency (a `queues` that is not an object reads
 -- as none). Times are epoch seconds; `now` is the database's clock. The table holds one row
--- per worker started, and the statement reads it whole.
+-- per worker running or started in the last day (workers delete older rows as they
+-- register), and the statement reads it whole.
 SELECT w.id, w.host, w.pid, w.concurrency, w.running, w.poll_off, w.version, st.state,
        extract(epoch FROM w.heartbeat)::float8            AS heartbeat_s,
        extract(epoch FROM w.started_at)::float8           AS started_at,
@@ -25,7 +28,8 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
   SELECT CASE
            WHEN w.stopped_at IS NOT NULL THEN 'gone'
-           WHEN w.last_seen >= now() - w.heartbeat * $1::float8 THEN 'running'
+           WHEN w.last_seen >= now() - w.heartbeat - greatest(w.heartbeat, interval '2 seconds')
+             THEN 'running'
            WHEN w.poll_off THEN 'sleeping'
            ELSE 'gone'
          END AS state
@@ -34,4 +38,4 @@ WHERE st.state <> 'gone'
    OR coalesce(w.stopped_at, w.last_seen) > now() - interval '24 hours'
 ORDER BY CASE st.state WHEN 'running' THEN 0 WHEN 'sleeping' THEN 1 ELSE 2 END,
          w.host, w.pid, w.id
-LIMIT $2
+LIMIT $1

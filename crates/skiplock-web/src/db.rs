@@ -616,35 +616,22 @@ impl Sql {
         rows(c, &self.queue_stats_hour, &[(&queue, Type::TEXT)]).await
     }
 
-    /// `queue_workers.sql`: per queue, the live workers serving it (gone after `gone_after`
-    /// heartbeat intervals of silence).
+    /// `queue_workers.sql`: per queue, the live workers serving it.
     pub(crate) async fn queue_workers(
         &self,
         c: &(impl GenericClient + Sync),
-        gone_after: f64,
         max_queues: i64,
     ) -> DbResult<Vec<Row>> {
-        rows(
-            c,
-            &self.queue_workers,
-            &[(&gone_after, Type::FLOAT8), (&max_queues, Type::INT8)],
-        )
-        .await
+        rows(c, &self.queue_workers, &[(&max_queues, Type::INT8)]).await
     }
 
     /// `worker_list.sql`: the workers, those gone within the last day included.
     pub(crate) async fn worker_list(
         &self,
         c: &(impl GenericClient + Sync),
-        gone_after: f64,
         limit: i64,
     ) -> DbResult<Vec<Row>> {
-        rows(
-            c,
-            &self.worker_list,
-            &[(&gone_after, Type::FLOAT8), (&limit, Type::INT8)],
-        )
-        .await
+        rows(c, &self.worker_list, &[(&limit, Type::INT8)]).await
     }
 
     /// `schedule_list.sql`: the schedules.

@@ -30,9 +30,11 @@
 //! resume a queue (a paused queue's list and page say by whom and since when:
 //! `a_paused_queue_says_so_on_its_list_and_its_page`); run, pause and resume a schedule.
 //!
-//! A worker is running when seen within two of its own heartbeat intervals, sleeping when its
-//! poll is off and it is silent (it writes nothing while idle), and gone when it stopped or,
-//! with its poll on, was silent for longer; gone workers are listed apart, for 24 hours
+//! A worker is running when seen within its own heartbeat interval plus a grace of as much
+//! again (at least 2 s), sleeping when its poll is off and it is silent (it writes nothing
+//! while idle), and gone when it stopped or, with its poll on, was silent for longer: the
+//! states of `skiplock workers`, by the same expression. Gone workers are listed apart, for 24
+//! hours
 //! (`workers_are_running_sleeping_or_gone_by_their_own_heartbeat`).
 //!
 //! ```no_run

@@ -21,7 +21,6 @@ use crate::chart::{self, Series};
 use crate::db::{self, DbResult};
 use crate::html::{self, esc, url_value, Count, Frame, Nav};
 use crate::jobs::{bad_request, valid_name};
-use crate::workers::GONE_AFTER_HEARTBEATS;
 use crate::{html_response, App, Viewer};
 
 /// One queue's figures.
@@ -562,9 +561,7 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             })
             .collect();
     }
-    let serving = sql
-        .queue_workers(&*tx, GONE_AFTER_HEARTBEATS, max_queues)
-        .await?;
+    let serving = sql.queue_workers(&*tx, max_queues).await?;
     for r in &serving {
         let q: String = r.get("queue");
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
@@ -762,7 +759,7 @@ pub(crate) async fn queue_page(
         let pause = paused(&app, &tx, &name).await?;
         let workers = app
             .sql
-            .queue_workers(&tx, GONE_AFTER_HEARTBEATS, app.options.max_queues)
+            .queue_workers(&tx, app.options.max_queues)
             .await?
             .iter()
             .find(|r| r.get::<_, &str>("queue") == name)

@@ -1,9 +1,10 @@
 //! The workers page: the workers serving the queues (migration 14's `workers` table), each
 //! with its host, pid, queues and their concurrency, running jobs, start and last sign of
 //! life, and its state: running, sleeping (its poll is off and it is idle: it writes nothing,
-//! so its silence says nothing) or gone (stopped cleanly, or silent for longer than
-//! [`GONE_AFTER_HEARTBEATS`] of its own heartbeat intervals with its poll on). Gone workers
-//! are listed apart, and only those gone within the last 24 hours.
+//! so its silence says nothing) or gone (stopped cleanly, or, with its poll on, silent for
+//! longer than its own heartbeat interval plus a grace of as much again, at least 2 s: two
+//! missed heartbeats). The states are the library's (`skiplock workers`), by the same SQL
+//! expression. Gone workers are listed apart, and only those gone within the last 24 hours.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,11 +15,6 @@ use tokio_postgres::Row;
 use crate::db;
 use crate::html::{self, esc, int, url_value, when, Frame, Nav};
 use crate::{html_response, App, Viewer};
-
-/// A worker with its poll on is gone when it was silent for longer than this many of its own
-/// heartbeat intervals: one interval, and as much again as grace for a late heartbeat (a
-/// busy database, a pause of the process).
-pub(crate) const GONE_AFTER_HEARTBEATS: f64 = 2.0;
 
 /// The most workers listed.
 const MAX_WORKERS: i64 = 500;
@@ -66,9 +62,7 @@ pub(crate) async fn page(State(app): State<App>, Extension(v): Extension<Viewer>
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
-        app.sql
-            .worker_list(&tx, GONE_AFTER_HEARTBEATS, MAX_WORKERS)
-            .await
+        app.sql.worker_list(&tx, MAX_WORKERS).await
     };
     match read.await {
         Ok(rows) => {
@@ -105,13 +99,12 @@ fn body(f: &Frame<'_>, rows: &[WorkerRow]) -> String {
         s.push_str("<h2>Gone in the last 24 hours</h2>");
         s.push_str(&table(f, &gone, "workers gone"));
     }
-    s.push_str(&format!(
-        "<p class=\"note\">Running: seen within {n} of its heartbeat intervals. Sleeping: its \
-         poll is off and it is idle, so it writes nothing until a job arrives; its silence is \
-         not death. Gone: stopped at a clean shutdown, or, with its poll on, silent for longer \
-         than {n} of its heartbeat intervals (one interval, and one more as grace).</p>",
-        n = GONE_AFTER_HEARTBEATS
-    ));
+    s.push_str(
+        "<p class=\"note\">Running: seen within its heartbeat interval plus a grace of as much \
+         again (at least 2 s). Sleeping: its poll is off and it is idle, so it writes nothing \
+         until a job arrives; its silence is not death. Gone: stopped at a clean shutdown, or, \
+         with its poll on, silent for longer than that: two missed heartbeats.</p>",
+    );
     s
 }
 

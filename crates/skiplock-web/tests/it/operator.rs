@@ -443,29 +443,33 @@ async fn a_paused_queue_says_so_on_its_list_and_its_page() {
 #[tokio::test]
 async fn workers_are_running_sleeping_or_gone_by_their_own_heartbeat() {
     let b = setup().await;
-    // (host, poll_off, last seen this many seconds ago, stopped this many seconds ago)
-    let workers: [(&str, bool, f64, Option<f64>); 6] = [
-        ("alive", false, 1.0, None),
+    // (host, poll_off, heartbeat, last seen this many seconds ago, stopped this many seconds
+    // ago)
+    let workers: [(&str, bool, f64, f64, Option<f64>); 8] = [
+        ("alive", false, 10.0, 1.0, None),
         // 1.5 heartbeats of silence: within the grace, still running.
-        ("late", false, 15.0, None),
+        ("late", false, 10.0, 15.0, None),
         // 2.5 heartbeats of silence with the poll on: gone.
-        ("silent", false, 25.0, None),
+        ("silent", false, 10.0, 25.0, None),
+        // A short heartbeat gets a grace of at least 2 s: 1 s + 2 s.
+        ("quick", false, 1.0, 2.5, None),
+        ("quick-dead", false, 1.0, 3.5, None),
         // An hour of silence with the poll off: sleeping, not gone.
-        ("idle", true, 3_600.0, None),
-        ("stopped", false, 3_600.0, Some(3_600.0)),
+        ("idle", true, 10.0, 3_600.0, None),
+        ("stopped", false, 10.0, 3_600.0, Some(3_600.0)),
         // Gone more than a day ago: not listed.
-        ("ancient", false, 90_000.0, Some(90_000.0)),
+        ("ancient", false, 10.0, 90_000.0, Some(90_000.0)),
     ];
-    for (host, poll_off, seen, stopped) in workers {
+    for (host, poll_off, heartbeat, seen, stopped) in workers {
         b.raw
             .execute(
                 "INSERT INTO workers (host, pid, queues, concurrency, running, poll_off, \
                  heartbeat, version, started_at, last_seen, stopped_at) \
                  VALUES ($1, 4242, '{\"mail\": 4, \"reports\": 2}', 6, 3, $2, \
-                         interval '10 seconds', '0.9.0', now() - interval '2 days', \
-                         now() - $3 * interval '1 second', \
-                         now() - $4 * interval '1 second')",
-                &[&host, &poll_off, &seen, &stopped],
+                         $3 * interval '1 second', '0.9.0', now() - interval '2 days', \
+                         now() - $4 * interval '1 second', \
+                         now() - $5 * interval '1 second')",
+                &[&host, &poll_off, &heartbeat, &seen, &stopped],
             )
             .await
             .unwrap();
@@ -483,11 +487,13 @@ async fn workers_are_running_sleeping_or_gone_by_their_own_heartbeat() {
     assert_eq!(state_of("alive").as_deref(), Some("running"));
     assert_eq!(state_of("late").as_deref(), Some("running"));
     assert_eq!(state_of("silent").as_deref(), Some("gone"));
+    assert_eq!(state_of("quick").as_deref(), Some("running"));
+    assert_eq!(state_of("quick-dead").as_deref(), Some("gone"));
     assert_eq!(state_of("idle").as_deref(), Some("sleeping"));
     assert_eq!(state_of("stopped").as_deref(), Some("gone"));
     assert_eq!(state_of("ancient"), None, "gone for more than a day");
     assert!(
-        page.body.contains("3 workers serving the queues"),
+        page.body.contains("4 workers serving the queues"),
         "{}",
         page.body
     );
@@ -509,7 +515,7 @@ async fn workers_are_running_sleeping_or_gone_by_their_own_heartbeat() {
         row.split("<td>").nth(11).unwrap().to_owned()
     };
     assert!(
-        workers_cell("mail").contains(">3</a>"),
+        workers_cell("mail").contains(">4</a>"),
         "{}",
         workers_cell("mail")
     );
@@ -521,7 +527,7 @@ async fn workers_are_running_sleeping_or_gone_by_their_own_heartbeat() {
     assert!(get(&r, "/queues/mail")
         .await
         .body
-        .contains("3 live workers serving it"));
+        .contains("4 live workers serving it"));
 }
 
 #[tokio::test]
