@@ -155,6 +155,21 @@ async fn links_follow_the_mount_point() {
         "{}",
         job.body
     );
+    // The operator's pages and forms too.
+    let list = get(&app, "/admin/jobs/jobs").await;
+    for want in [
+        "href=\"/admin/jobs/workers\"",
+        "action=\"/admin/jobs/search\"",
+        "action=\"/admin/jobs/selected\"",
+    ] {
+        assert!(list.body.contains(want), "{want}: {}", list.body);
+    }
+    let search = get(&app, &format!("/admin/jobs/search?q={id}")).await;
+    assert_eq!(search.location(), format!("/admin/jobs/jobs/{id}"));
+    let queue = get(&app, "/admin/jobs/queues/q").await;
+    assert!(queue
+        .body
+        .contains("href=\"/admin/jobs/jobs?queue=q&amp;state=failed\""));
     // At the root, links start at /.
     let root = get(&b.router(), "/").await;
     assert!(root.body.contains("href=\"/queues/q\""));
