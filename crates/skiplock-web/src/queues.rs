@@ -719,7 +719,7 @@ pub(crate) fn paused_banner(queue: &str, at: Option<f64>, by: Option<&str>, now:
     };
     format!(
         "<p class=\"notice warn banner\" id=\"paused-banner\">Queue <b>{}</b> is paused{by}{since}: \
-         no worker claims its jobs (running ones finish). Resume it on the queues page.</p>",
+         no worker claims its jobs until it is resumed (running ones finish).</p>",
         esc(queue)
     )
 }
@@ -755,7 +755,9 @@ pub(crate) async fn queue_page(
     }
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
-        let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        let mut tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        // Its row of the queues page, read as that page reads it.
+        let all = read(&app, &mut tx).await?;
         let pause = paused(&app, &tx, &name).await?;
         let workers = app
             .sql
@@ -769,9 +771,13 @@ pub(crate) async fn queue_page(
             Some(r) => r.get("now"),
             None => pause.as_ref().map_or(0.0, |p| p.2),
         };
-        Ok::<_, db::DbError>((pause, workers, stats, now))
+        let row = Queues {
+            rows: all.rows.into_iter().filter(|r| r.queue == name).collect(),
+            ..all
+        };
+        Ok::<_, db::DbError>((row, pause, workers, stats, now))
     };
-    let (pause, workers, stats, now) = match read.await {
+    let (row, pause, workers, stats, now) = match read.await {
         Ok(x) => x,
         Err(e) => return app.db_error(&v, &e),
     };
@@ -781,6 +787,11 @@ pub(crate) async fn queue_page(
     let mut s = String::new();
     if let Some((at, by, now)) = &pause {
         s.push_str(&paused_banner(&name, *at, by.as_deref(), *now));
+    }
+    if row.rows.is_empty() {
+        s.push_str("<p class=\"empty\">No job in this queue.</p>");
+    } else {
+        s.push_str(&queues_table(&f, &row));
     }
     s.push_str(&format!(
         "<p class=\"summary\" id=\"queue-workers\">{} live {} serving it \

@@ -428,6 +428,18 @@ async fn a_paused_queue_says_so_on_its_list_and_its_page() {
             "{path}"
         );
     }
+    // The queue's page has its row of the queues table, and only its own.
+    let page = get(&r, "/queues/mail").await;
+    assert_eq!(
+        page.body.matches("<table class=\"grid queues\">").count(),
+        1
+    );
+    assert!(
+        page.body.contains("id=\"resume-queue-mail\""),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("reports</a></td>"), "{}", page.body);
     for path in ["/jobs?queue=reports", "/queues/reports", "/jobs"] {
         let page = get(&r, path).await;
         assert!(
