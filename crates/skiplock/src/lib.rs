@@ -79,9 +79,11 @@ pub use db::Statement;
 pub use error::{Error, Result};
 pub use handler::{BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry};
 pub use job::{
-    Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, ReapedJob,
-    Relative, Retry, Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER, MAX_BATCH_BYTES,
+    AttemptError, Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob,
+    ReapedJob, Relative, Retry, Transition, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER,
+    MAX_BATCH_BYTES,
 };
+pub use maintenance::gauges::QueueMinute;
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use periodic::{Missed, Schedule};
@@ -95,7 +97,9 @@ pub use unique::{
 };
 #[doc(hidden)]
 pub use worker::{JobEnd, WorkerEvent};
-pub use worker::{RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig};
+pub use worker::{
+    RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig, WorkerRow, WorkerState,
+};
 pub use workflow::{Step, Workflow, MAX_WORKFLOW_JOBS};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.

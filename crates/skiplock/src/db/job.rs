@@ -513,6 +513,7 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
             .map(JobId)
             .collect(),
         waiting: r.try_get("waiting")?,
+        errors: crate::job::AttemptError::parse_history(r.try_get::<_, Option<&str>>("errors")?),
     })
 }
 

@@ -45,6 +45,7 @@ struct RawRow {
     output: Option<String>,
     after: Option<Vec<i64>>,
     waiting: Option<i32>,
+    errors: Option<String>,
 }
 
 impl Store {
@@ -84,6 +85,7 @@ impl Store {
                     output: r.output,
                     after: r.after.unwrap_or_default().into_iter().map(JobId).collect(),
                     waiting: r.waiting,
+                    errors: crate::job::AttemptError::parse_history(r.errors.as_deref()),
                 })
             })
             .collect()
@@ -157,6 +159,7 @@ macro_rules! raw_row {
             output: r.try_get("output")?,
             after: r.try_get("after")?,
             waiting: r.try_get("waiting")?,
+            errors: r.try_get("errors")?,
         }
     }};
 }

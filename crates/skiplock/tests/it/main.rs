@@ -18,6 +18,7 @@ mod pause;
 mod periodic;
 mod pgbouncer;
 mod plans;
+mod presence;
 mod privileges;
 mod runtime;
 mod support;
