@@ -658,3 +658,86 @@ async fn a_jobs_page_shows_its_failed_attempts_and_its_run_time() {
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
     assert!(page.body.contains("grid history"));
 }
+
+/// The production path: a real worker registers, runs a job whose handler fails, and stops.
+/// The workers page shows it running (in the state the library's `skiplock workers` gives
+/// it), then stopped; the job's page shows the failed attempt the worker recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_workers_presence_and_failures_show_on_the_pages() {
+    use skiplock::{JobContext, JobError, JobOptions, NewJob, Registry, Worker};
+    let b = setup().await;
+    let registry = Registry::new().register_handler(
+        "send",
+        JobOptions::default(),
+        |_p: String, _c: JobContext| async {
+            Err::<(), JobError>(JobError::retry("SMTP 421: <service not available>"))
+        },
+    );
+    let job = b
+        .client
+        .enqueue(&NewJob::new("send", &0).queue("mail").max_attempts(1))
+        .await
+        .unwrap()
+        .0;
+    let worker = Worker::builder(b.client.clone(), registry)
+        .queue("mail", 3)
+        .presence_interval(std::time::Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let failed = b.status(job).await.as_deref() == Some("failed");
+        let listed = !b.client.workers().await.unwrap().is_empty();
+        if failed && listed {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker did not run the job"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let r = b.router();
+    let lib = b.client.workers().await.unwrap();
+    assert_eq!(lib.len(), 1);
+    let page = get(&r, "/workers").await;
+    let row = &page.body[page
+        .body
+        .find(&format!("<tr><td>{}</td>", lib[0].host))
+        .unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    assert_eq!(lib[0].state.as_str(), "running");
+    assert!(row.contains("class=\"wstate running\""), "{row}");
+    assert!(row.contains(&format!(">{}</td>", lib[0].pid)), "{row}");
+    assert!(row.contains(">mail</a>"), "{row}");
+    assert!(get(&r, "/").await.body.contains("href=\"/workers\">1</a>"));
+
+    let page = get(&r, &format!("/jobs/{job}")).await;
+    let start = page.body.find("<table class=\"grid history\">").unwrap();
+    let history = &page.body[start..start + page.body[start..].find("</table>").unwrap()];
+    assert_eq!(history.matches("<tr>").count(), 2, "{history}");
+    assert!(
+        history.contains("SMTP 421: &lt;service not available&gt;"),
+        "{history}"
+    );
+    assert!(
+        history.contains(" ms</td>") || history.contains(" s</td>"),
+        "{history}"
+    );
+
+    stop.send(()).unwrap();
+    run.await.unwrap().unwrap();
+    assert_eq!(b.client.workers().await.unwrap()[0].state.as_str(), "gone");
+    let page = get(&r, "/workers").await;
+    let gone_at = page.body.find("Gone in the last 24 hours").unwrap();
+    assert!(page.body[gone_at..].contains("class=\"wstate gone\">stopped</span>"));
+    assert!(page.body.contains("0 workers serving the queues"));
+}
