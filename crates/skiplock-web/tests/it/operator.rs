@@ -682,6 +682,8 @@ async fn a_real_workers_presence_and_failures_show_on_the_pages() {
     let worker = Worker::builder(b.client.clone(), registry)
         .queue("mail", 3)
         .presence_interval(std::time::Duration::from_millis(500))
+        // Its elected gauges service writes the per-minute rollup the charts draw.
+        .metrics_gauges_interval(Some(std::time::Duration::from_millis(300)))
         .build()
         .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -706,6 +708,30 @@ async fn a_real_workers_presence_and_failures_show_on_the_pages() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let r = b.router();
+    loop {
+        let failed: Option<i64> = b
+            .raw
+            .query_opt(
+                "SELECT failed FROM queue_stats WHERE queue = 'mail' AND failed > 0",
+                &[],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        if failed.is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rollup was written"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let page = get(&r, "/queues/mail").await;
+    assert!(!page.body.contains("no-samples"), "{}", page.body);
+    assert!(page
+        .body
+        .contains("<svg class=\"chart\" id=\"chart-throughput\""));
     let lib = b.client.workers().await.unwrap();
     assert_eq!(lib.len(), 1);
     let page = get(&r, "/workers").await;
