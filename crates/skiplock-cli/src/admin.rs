@@ -271,6 +271,7 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             locked_until: j.locked_until.map(|t| time(Some(t))),
             finished_at: j.finished_at.map(|t| time(Some(t))),
             last_error: j.last_error.as_deref(),
+            errors: j.errors.iter().map(error_json).collect(),
             schedule: j.schedule.as_deref(),
             key: j.key.as_deref(),
             sequence: j.sequence.as_deref(),
@@ -302,6 +303,7 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
         outln!("locked_until {}", time(j.locked_until));
         outln!("finished_at  {}", time(j.finished_at));
         outln!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
+        print_errors(&j.errors);
         outln!("schedule     {}", j.schedule.as_deref().unwrap_or("-"));
         outln!("key          {}", j.key.as_deref().unwrap_or("-"));
         match (&j.sequence, &j.held) {
@@ -418,6 +420,8 @@ struct ShowJson<'a> {
     locked_until: Option<String>,
     finished_at: Option<String>,
     last_error: Option<&'a str>,
+    /// The last 20 failed attempts, oldest first.
+    errors: Vec<serde_json::Value>,
     schedule: Option<&'a str>,
     key: Option<&'a str>,
     sequence: Option<&'a str>,
@@ -446,4 +450,28 @@ fn raw_string(text: &str) -> Box<serde_json::value::RawValue> {
     let quoted = serde_json::Value::String(text.to_owned()).to_string();
     serde_json::value::RawValue::from_string(quoted)
         .unwrap_or_else(|_| Box::<serde_json::value::RawValue>::default())
+}
+
+/// The `errors` lines of `show`: the last failed attempts, oldest first.
+fn print_errors(errors: &[skiplock::AttemptError]) {
+    if errors.is_empty() {
+        outln!("errors       -");
+    }
+    for (n, e) in errors.iter().enumerate() {
+        let head = if n == 0 { "errors" } else { "" };
+        let ran = e.ran_ms.map_or("-".to_owned(), |ms| format!("{ms} ms"));
+        outln!(
+            "{head:<12} #{} {} ran {ran}: {}",
+            e.attempt,
+            time(Some(e.at)),
+            e.error.as_deref().unwrap_or("-")
+        );
+    }
+}
+
+/// One failed attempt in `show --json`.
+fn error_json(e: &skiplock::AttemptError) -> serde_json::Value {
+    serde_json::json!({
+        "attempt": e.attempt, "at": time(Some(e.at)), "error": e.error, "ran_ms": e.ran_ms,
+    })
 }

@@ -23,6 +23,7 @@ mod schedule;
 mod serve;
 mod stats;
 mod work;
+mod workers;
 mod workflow;
 
 use std::process::ExitCode;
@@ -97,6 +98,8 @@ enum Command {
     /// retrying, cancelled), queue, kind, id range and age, a page at a time (--before).
     /// It only lists: retry, cancel and delete take the same filters.
     Jobs(jobs::Args),
+    /// The workers registered on the schema (running, sleeping with the poll off, or gone).
+    Workers(workers::Args),
     /// Periodic (cron) jobs: add, list, remove, pause, resume, run-now.
     Schedule {
         #[command(subcommand)]
@@ -270,6 +273,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enqueue(args) => enqueue::run(&target, args).await,
         Command::Work(args) => work::run(&target, args).await,
         Command::Stats(args) => stats::run(&target, args).await,
+        Command::Workers(args) => workers::run(&target, args).await,
         Command::Queue(args) => queue::run(&target, args).await,
         Command::Reap(args) => admin::reap(&target, args).await,
         Command::Prune(args) => admin::prune(&target, args).await,

@@ -21,7 +21,17 @@
     }).then(function (text) {
       var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("live");
       var live = document.getElementById("live");
-      if (fresh && live) { live.replaceWith(fresh); }
+      if (fresh && live) {
+        // Ticked jobs stay ticked across a refresh.
+        var ticked = {};
+        live.querySelectorAll("input[name=id]:checked").forEach(function (box) {
+          ticked[box.value] = true;
+        });
+        fresh.querySelectorAll("input[name=id]").forEach(function (box) {
+          if (ticked[box.value]) { box.checked = true; }
+        });
+        live.replaceWith(fresh);
+      }
       say("updated " + new Date().toLocaleTimeString());
     }).catch(function (e) {
       say("refresh failed (" + e.message + ")");
@@ -36,7 +46,16 @@
   }
 
   document.addEventListener("submit", function (ev) {
-    var msg = ev.target.getAttribute("data-confirm");
+    var by = ev.submitter;
+    var msg = (by && by.getAttribute("data-confirm")) || ev.target.getAttribute("data-confirm");
     if (msg && !window.confirm(msg)) { ev.preventDefault(); }
+  });
+
+  // The job list's "tick every job of this page" box.
+  document.addEventListener("change", function (ev) {
+    if (ev.target.id !== "pick-all") { return; }
+    document.querySelectorAll("#live input[name=id]").forEach(function (box) {
+      box.checked = ev.target.checked;
+    });
   });
 })();

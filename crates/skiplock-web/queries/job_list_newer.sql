@@ -3,22 +3,38 @@
 -- (no bound when NULL: the scan budget's end, job_scan_newer.sql) and shown newest first by
 -- the caller. The columns, and the queued branches and $7 (held jobs only), are those of
 -- job_list_older.sql.
-SELECT id, queue, kind, status, priority, attempts, max_attempts,
-       extract(epoch FROM run_at)::float8                 AS run_at,
-       extract(epoch FROM created_at)::float8             AS created_at,
-       extract(epoch FROM finished_at)::float8            AS finished_at,
-       extract(epoch FROM locked_until)::float8           AS locked_until,
-       left(last_error, 200)                              AS last_error,
-       held,
+-- The display state (`state`) is the library's, by the same expression as its jobs_list.sql
+-- (`skiplock jobs`): queued jobs are waiting (held), retrying, scheduled or available, and a
+-- failed job with last_error 'cancelled' is cancelled. With $8, only jobs in that display
+-- state (the stored status $1 and $7 still pick the index).
+SELECT j.id, j.queue, j.kind, j.status, s.state, j.priority, j.attempts, j.max_attempts,
+       extract(epoch FROM j.run_at)::float8               AS run_at,
+       extract(epoch FROM j.created_at)::float8           AS created_at,
+       extract(epoch FROM j.finished_at)::float8          AS finished_at,
+       extract(epoch FROM j.locked_until)::float8         AS locked_until,
+       left(j.last_error, 200)                            AS last_error,
+       j.held,
        extract(epoch FROM now())::float8                  AS now
-FROM {schema}.jobs
-WHERE ($1::text IS NULL OR status = $1::text)
+FROM {schema}.jobs j
+CROSS JOIN LATERAL (
+  SELECT CASE
+           WHEN j.status = 'queued' AND j.held IS NOT NULL THEN 'waiting'
+           WHEN j.status = 'queued' AND j.attempts > 0 AND j.last_error IS NOT NULL
+             THEN 'retrying'
+           WHEN j.status = 'queued' AND j.run_at > now() THEN 'scheduled'
+           WHEN j.status = 'queued' THEN 'available'
+           WHEN j.status = 'failed' AND j.last_error = 'cancelled' THEN 'cancelled'
+           ELSE j.status
+         END AS state
+) s
+WHERE ($1::text IS NULL OR j.status = $1::text)
   AND ($1::text IS DISTINCT FROM 'queued'
-       OR (NOT $7::bool AND status = 'queued' AND held IS NULL)
-       OR (held IS NOT NULL AND status = 'queued'))
-  AND ($2::text IS NULL OR queue = $2::text)
-  AND ($3::text IS NULL OR kind = $3::text)
-  AND id > $4::int8
-  AND ($6::int8 IS NULL OR id <= $6::int8)
-ORDER BY id ASC
+       OR (NOT $7::bool AND j.status = 'queued' AND j.held IS NULL)
+       OR (j.held IS NOT NULL AND j.status = 'queued'))
+  AND ($2::text IS NULL OR j.queue = $2::text)
+  AND ($3::text IS NULL OR j.kind = $3::text)
+  AND j.id > $4::int8
+  AND ($6::int8 IS NULL OR j.id <= $6::int8)
+  AND ($8::text IS NULL OR s.state = $8::text)
+ORDER BY j.id ASC
 LIMIT $5

@@ -10,15 +10,19 @@
 -- queues.
 --
 -- A queued job with no attempt left (attempts >= max_attempts) is never claimed, so it is not
--- ready (as in the library's health_queues.sql); nor is a held one.
+-- ready (as in the library's health_queues.sql); nor is a held one. `scheduled` and `retrying`
+-- are queued jobs in those display states, as the library's jobs_list.sql derives them
+-- (`skiplock jobs`): retrying, back after a failed attempt (attempts > 0 and a last error);
+-- scheduled, any other due later.
 WITH active AS (
-  (SELECT queue, status, run_at, attempts, max_attempts, false AS held
+  (SELECT queue, status, run_at, attempts, max_attempts, false AS held,
+          attempts > 0 AND last_error IS NOT NULL AS retrying
    FROM {schema}.jobs WHERE status = 'queued' AND held IS NULL LIMIT $1)
   UNION ALL
-  (SELECT queue, status, run_at, attempts, max_attempts, true AS held
+  (SELECT queue, status, run_at, attempts, max_attempts, true AS held, false
    FROM {schema}.jobs WHERE held IS NOT NULL AND status = 'queued' LIMIT $1)
   UNION ALL
-  (SELECT queue, status, run_at, attempts, max_attempts, false AS held
+  (SELECT queue, status, run_at, attempts, max_attempts, false AS held, false
    FROM {schema}.jobs WHERE status = 'running' LIMIT $1)
 )
 SELECT queue,
@@ -26,6 +30,9 @@ SELECT queue,
        count(*) FILTER (WHERE status = 'queued' AND NOT held AND run_at <= now()
                         AND attempts < max_attempts)                          AS ready,
        count(*) FILTER (WHERE held)                                           AS held,
+       count(*) FILTER (WHERE status = 'queued' AND NOT held AND NOT retrying
+                        AND run_at > now())                                   AS scheduled,
+       count(*) FILTER (WHERE status = 'queued' AND NOT held AND retrying)    AS retrying,
        count(*) FILTER (WHERE status = 'running')                             AS running,
        coalesce(extract(epoch FROM now() - min(run_at)
                 FILTER (WHERE status = 'queued' AND NOT held AND run_at <= now()

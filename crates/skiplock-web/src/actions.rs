@@ -9,7 +9,6 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 use serde::Deserialize;
 use skiplock::{AdminReport, JobId};
-use tokio_postgres::types::Type;
 
 use crate::db::{self, Filter};
 use crate::html::{self, esc, int, Count, Nav};
@@ -85,6 +84,9 @@ pub(crate) async fn single(
     Extension(v): Extension<Viewer>,
     Path((id, action)): Path<(String, String)>,
 ) -> Response {
+    if action == "run" {
+        return run_now(&app, &v, &id).await;
+    }
     let Some(action) = Action::parse(&action) else {
         return html_response(
             StatusCode::NOT_FOUND,
@@ -117,6 +119,178 @@ pub(crate) async fn single(
         )
     };
     Redirect::to(&to).into_response()
+}
+
+/// `POST /jobs/{id}/run`: a job that never ran and is due later becomes due now
+/// (`job_run_now.sql`: only while it is still queued and never ran, so a concurrent claim is
+/// left alone), then back to the job's page.
+async fn run_now(app: &App, v: &Viewer, id: &str) -> Response {
+    let Some(id) = parse_id(id) else {
+        return bad_request(app, v, &format!("{id:?} is not a job id."));
+    };
+    let channel = app.client.schema().channel();
+    let moved = async {
+        let obj = db::conn(app.client.pool()).await?;
+        let pg: &tokio_postgres::Client = &obj;
+        app.sql.job_run_now(pg, id, channel).await
+    };
+    let moved = match moved.await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(principal = %v.principal, action = "run", error = %e, "dashboard action failed");
+            return html_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                html::message(
+                    &app.frame(v),
+                    "Action failed",
+                    &format!("Could not run job {id} now: {e}"),
+                ),
+            );
+        }
+    };
+    tracing::info!(principal = %v.principal, action = "run", job = id, changed = moved, "dashboard action");
+    Redirect::to(&format!(
+        "{}/jobs/{id}?done=run&changed={}",
+        v.base,
+        u8::from(moved)
+    ))
+    .into_response()
+}
+
+/// The ticked jobs of a list page and what to do with them: the `POST /selected` form.
+#[derive(Debug, PartialEq, Eq)]
+struct Selected {
+    action: Action,
+    ids: Vec<i64>,
+    /// The list's filter, for the way back.
+    filter: Filter,
+}
+
+/// Decodes a form value: `+` is a space, `%XX` a byte.
+fn form_value(s: &str) -> Result<String, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = s
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or("The form is not well formed.")?;
+                out.push(hex);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| "The form is not well formed.".to_owned())
+}
+
+/// The `POST /selected` form (its `id` field repeats, once per ticked job): at least one id
+/// and at most `limit`, each a job id, and one action.
+fn parse_selected(body: &str, limit: i64) -> Result<Selected, String> {
+    let (mut action, mut ids) = (None, Vec::new());
+    let (mut state, mut queue, mut kind) = (None, None, None);
+    for pair in body.split('&').filter(|p| !p.is_empty()) {
+        let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
+        let val = form_value(val)?;
+        match k {
+            "id" => ids.push(parse_id(&val).ok_or_else(|| format!("{val:?} is not a job id."))?),
+            "action" => {
+                action =
+                    Some(Action::parse(&val).ok_or("Choose an action: retry, cancel or delete.")?)
+            }
+            "state" => state = Some(val),
+            "queue" => queue = Some(val),
+            "kind" => kind = Some(val),
+            _ => {}
+        }
+    }
+    let action = action.ok_or("Choose an action: retry, cancel or delete.")?;
+    let filter = parse_filter(state.as_deref(), queue.as_deref(), kind.as_deref())?;
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return Err("Tick at least one job.".to_owned());
+    }
+    if ids.len() as i64 > limit {
+        return Err(format!("Tick at most {} jobs at once.", int(limit)));
+    }
+    Ok(Selected {
+        action,
+        ids,
+        filter,
+    })
+}
+
+/// `POST /selected`: retry, cancel or delete the jobs ticked on a list page, through the
+/// library as the other actions are, then a page that says what changed.
+pub(crate) async fn selected(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    body: String,
+) -> Response {
+    let Selected {
+        action,
+        ids,
+        filter,
+    } = match parse_selected(&body, app.options.bulk_limit) {
+        Ok(s) => s,
+        Err(e) => return bad_request(&app, &v, &e),
+    };
+    let jobs: Vec<JobId> = ids.iter().copied().map(JobId).collect();
+    let report = match action.run(&app, &jobs).await {
+        Ok(r) => r,
+        Err(e) => return action_failed(&app, &v, action, &e),
+    };
+    tracing::info!(
+        principal = %v.principal,
+        action = action.name(),
+        jobs = ?ids,
+        changed = report.changed.len(),
+        unchanged = report.unchanged.len(),
+        "dashboard action on ticked jobs"
+    );
+    let n = ids.len() as i64;
+    let mut body = format!(
+        "<p class=\"notice ok\">{} {} of the {} ticked {}.</p>",
+        title_case(action.past()),
+        int(report.changed.len() as i64),
+        int(n),
+        if n == 1 { "job" } else { "jobs" }
+    );
+    if !report.unchanged.is_empty() {
+        let list: Vec<String> = report
+            .unchanged
+            .iter()
+            .map(|j| format!("<a href=\"{}/jobs/{}\">{}</a>", esc(&v.base), j.0, j.0))
+            .collect();
+        body.push_str(&format!(
+            "<p class=\"notice warn\">{} left alone ({}): {}.</p>",
+            int(report.unchanged.len() as i64),
+            action.why(),
+            list.join(", ")
+        ));
+    }
+    body.push_str(&format!(
+        "<p><a href=\"{}/jobs{}\" id=\"back-to-list\">Back to the list</a></p>",
+        esc(&v.base),
+        filter_query(&filter, &[])
+    ));
+    html_response(
+        StatusCode::OK,
+        html::page(
+            &app.frame(&v),
+            &format!("{} ticked jobs", title_case(action.name())),
+            Nav::Jobs,
+            "",
+            &body,
+            false,
+        ),
+    )
 }
 
 /// The confirm page's query string, and the bulk form's fields.
@@ -188,28 +362,10 @@ pub(crate) async fn confirm(
     let read = async {
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
-        let latest = db::rows(&tx, &app.sql.job_latest_id, &[])
-            .await?
-            .first()
-            .map_or(0, |r| r.get::<_, i64>("id"));
+        let latest = app.sql.job_latest_id(&tx).await?.unwrap_or(0);
         // The same range as the action's selection: the scan budget below the newest id.
         let lo = db::bulk_floor(&tx, &app.sql, &filter, latest, budget).await?;
-        let (status, held) = (filter.status(), filter.held_only());
-        let n = db::rows(
-            &tx,
-            &app.sql.job_count,
-            &[
-                (&status, Type::TEXT),
-                (&filter.queue, Type::TEXT),
-                (&filter.kind, Type::TEXT),
-                (&cap, Type::INT8),
-                (&lo, Type::INT8),
-                (&held, Type::BOOL),
-            ],
-        )
-        .await?
-        .first()
-        .map_or(0, |r| r.get::<_, i64>("n"));
+        let n = app.sql.job_count(&tx, &filter, cap, lo).await?;
         Ok::<_, db::DbError>((n, latest, lo))
     };
     let (n, latest, lo) = match read.await {
@@ -327,22 +483,13 @@ pub(crate) async fn bulk(
         // A filter no index serves reads the scan budget below the confirmed id, as the
         // confirm page counted.
         let lo = db::bulk_floor(&tx, &app.sql, &filter, max_id, budget).await?;
-        let (status, held) = (filter.status(), filter.held_only());
-        let rows = db::rows(
-            &tx,
-            &app.sql.job_select_ids,
-            &[
-                (&status, Type::TEXT),
-                (&filter.queue, Type::TEXT),
-                (&filter.kind, Type::TEXT),
-                (&max_id, Type::INT8),
-                (&limit, Type::INT8),
-                (&lo, Type::INT8),
-                (&held, Type::BOOL),
-            ],
-        )
-        .await?;
-        let ids = rows.iter().map(|r| JobId(r.get("id"))).collect::<Vec<_>>();
+        let ids = app
+            .sql
+            .job_select_ids(&tx, &filter, max_id, limit, lo)
+            .await?
+            .into_iter()
+            .map(JobId)
+            .collect::<Vec<_>>();
         Ok::<_, db::DbError>((ids, lo))
     };
     let (ids, lo) = match read.await {
@@ -485,4 +632,34 @@ pub(crate) async fn schedule(
         "dashboard schedule action"
     );
     Redirect::to(&format!("{}/", v.base)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ticked_jobs_form_is_read_strictly() {
+        let s = parse_selected(
+            "state=failed&kind=build%3Apdf&id=7&id=3&id=7&action=retry",
+            10,
+        )
+        .unwrap();
+        assert_eq!(s.action, Action::Retry);
+        assert_eq!(s.ids, [3, 7]);
+        assert_eq!(s.filter.kind.as_deref(), Some("build:pdf"));
+        for (bad, why) in [
+            ("action=retry", "Tick at least one job."),
+            ("id=1", "Choose an action"),
+            ("id=1&action=explode", "Choose an action"),
+            ("id=x1&action=retry", "is not a job id"),
+            ("id=-4&action=retry", "is not a job id"),
+            ("id=1&action=retry&state=nope", "is not a job state"),
+            ("id=%zz&action=retry", "not well formed"),
+            ("id=1&id=2&id=3&action=cancel", "at most 2 jobs"),
+        ] {
+            let e = parse_selected(bad, 2).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 }

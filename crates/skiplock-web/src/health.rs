@@ -6,7 +6,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
 use skiplock::Statement;
-use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
 use crate::db;
@@ -22,24 +21,22 @@ pub(crate) async fn page(State(app): State<App>, Extension(v): Extension<Viewer>
         let mut obj = db::conn(app.client.pool()).await?;
         let tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
         let schema = app.client.schema().name();
-        let table = db::rows(&tx, &app.sql.health_table, &[(&schema, Type::TEXT)]).await?;
-        let blockers = db::rows(
+        let table = app.sql.health_table(&tx, schema).await?;
+        let blockers = db::health_blockers(
             &tx,
             app.client.statement(Statement::HealthBlockers),
-            &[(&blocker_age_us, Type::INT8), (&MAX_BLOCKERS, Type::INT8)],
+            blocker_age_us,
+            MAX_BLOCKERS,
         )
         .await?;
-        let usage = db::rows(&tx, &app.sql.health_notify, &[])
-            .await?
-            .first()
-            .map_or(0.0, |r| r.get::<_, f64>("usage"));
+        let usage = app.sql.health_notify(&tx).await?;
         Ok::<_, db::DbError>((table, blockers, usage))
     };
     match read.await {
         Ok((table, blockers, usage)) => {
             let f = app.frame(&v);
             let mut body = String::new();
-            body.push_str(&table_section(table.first()));
+            body.push_str(&table_section(table.as_ref()));
             body.push_str(&blockers_section(
                 &blockers,
                 app.options.blocker_age.as_secs(),

@@ -190,9 +190,26 @@ pub(crate) fn bytes(n: i64) -> String {
     }
 }
 
-/// The badge of a job state.
+/// The badge of a job state (a display state as `skiplock jobs` derives it, or a stored
+/// status), with what it means as its tooltip.
 pub(crate) fn state_badge(state: &str) -> String {
-    format!("<span class=\"state state-{0}\">{0}</span>", esc(state))
+    let title = match state {
+        "available" => "Queued and due: the next free worker of its queue takes it",
+        "scheduled" => "Queued, due later (its run time is in the future)",
+        "retrying" => "Queued again after a failed attempt",
+        "waiting" => "Queued, waiting for the jobs it depends on or its turn in a sequence",
+        "queued" => "Queued",
+        "running" => "Claimed by a worker, holding a lease",
+        "done" => "Completed",
+        "failed" => "Gave up: no attempt left, or discarded",
+        "cancelled" => "Failed: cancelled",
+        _ => "",
+    };
+    format!(
+        "<span class=\"state state-{0}\" title=\"{1}\">{0}</span>",
+        esc(state),
+        title
+    )
 }
 
 /// Which nav entry a page belongs to.
@@ -200,6 +217,7 @@ pub(crate) fn state_badge(state: &str) -> String {
 pub(crate) enum Nav {
     Queues,
     Jobs,
+    Workers,
     Health,
     None,
 }
@@ -248,13 +266,17 @@ pub(crate) fn page(
          <script src=\"{base}/assets/dashboard.js\" defer></script></head>\
          <body data-refresh=\"{refresh}\">\
          <header class=\"bar\"><a class=\"brand\" href=\"{base}/\">skiplock</a>\
-         <nav>{q}{j}{h}</nav>\
+         <nav>{q}{j}{w}{h}</nav>\
+         <form class=\"search\" method=\"get\" action=\"{base}/search\">\
+         <input type=\"search\" name=\"q\" placeholder=\"Job id or payload text\" \
+         aria-label=\"Search jobs\"></form>\
          <span class=\"who\">schema <b>{schema}</b> · {principal} {mode}\
          <span id=\"refresh-status\" class=\"muted\"></span></span></header>\
          <main><h1>{title}</h1>{top}<div id=\"live\">{body}</div></main></body></html>\n",
         title = esc(title),
         q = link(Nav::Queues, "/", "Queues"),
         j = link(Nav::Jobs, "/jobs", "Jobs"),
+        w = link(Nav::Workers, "/workers", "Workers"),
         h = link(Nav::Health, "/health", "Database health"),
         schema = esc(f.schema),
         principal = esc(f.principal),

@@ -2,15 +2,40 @@
 //! under a path of its own and behind its own authentication.
 //!
 //! Pages: the queues (counts per state, held jobs, jobs finished in the last minute, the
-//! oldest ready job's age, running jobs against the concurrency limit; for limited queues
-//! their limits, why their jobs wait, the keys at their per-key limit and the sequences with
-//! held jobs), the job list (filtered by state, held jobs included, queue and kind, paginated
-//! by id), one job (payload, output, attempts, times, key and sequence, last error, lease; for
-//! a job of a workflow, the jobs it waits for and those that wait for it, and a graph of its
-//! workflow drawn on the server as inline SVG), and the database's health (dead rows and
-//! vacuum times of the jobs table, sessions holding back vacuum, the notification queue).
-//! Actions: retry, cancel and delete, for one job or, after a confirm page, for the jobs a
-//! filter selects. Pages refresh themselves every 2 s while the browser tab is visible.
+//! oldest ready job's age, running jobs against the concurrency limit, scheduled and retrying
+//! jobs, the live workers serving each queue; for limited queues their limits, why their jobs
+//! wait, the keys at their per-key limit and the sequences with held jobs), one queue (its
+//! pause, its workers, and its last hour drawn from the per-minute rollup of migration 14:
+//! throughput and depth, as inline SVG, with gaps where a minute has no sample), the job list
+//! (filtered by state, queue and kind, paginated by id), one job (payload, output, attempts,
+//! times, run time, key and sequence, last error and attempt history, lease; for a job of a
+//! workflow, the jobs it waits for and those that wait for it, and a graph of its workflow),
+//! the workers (running, sleeping or gone) and the database's health (dead rows and vacuum
+//! times of the jobs table, sessions holding back vacuum, the notification queue). A search box
+//! on every page opens a job by id or looks for text in the payloads of the newest
+//! 10,000 jobs. Pages refresh themselves every 2 s while the browser tab is visible.
+//!
+//! Job states are the display states of `skiplock jobs`, derived by the same SQL expression
+//! (tested by `tests/it/operator.rs`
+//! `display_states_agree_with_skiplock_jobs_and_filter_the_list`): available, scheduled,
+//! retrying and waiting (held) refine `queued`, and a failed job cancelled by an operator is
+//! cancelled; the list filters on each of them.
+//!
+//! Actions: retry, cancel and delete, for one job, for the jobs ticked on a list page
+//! (`ticked_jobs_are_retried_cancelled_or_deleted_through_the_guard`), or, after a confirm
+//! page, for the jobs a filter selects; Run now for a queued job that never ran and is due
+//! later (it becomes due at once and its queue's workers are woken; a claim that took it
+//! meanwhile is left alone:
+//! `run_now_moves_only_a_queued_job_that_never_ran_and_leaves_a_claim_alone`); pause and
+//! resume a queue (a paused queue's list and page say by whom and since when:
+//! `a_paused_queue_says_so_on_its_list_and_its_page`); run, pause and resume a schedule.
+//!
+//! A worker is running when seen within its own heartbeat interval plus a grace of as much
+//! again (at least 2 s), sleeping when its poll is off and it is silent (it writes nothing
+//! while idle), and gone when it stopped or, with its poll on, was silent for longer: the
+//! states of `skiplock workers`, by the same expression. Gone workers are listed apart, for 24
+//! hours
+//! (`workers_are_running_sleeping_or_gone_by_their_own_heartbeat`).
 //!
 //! ```no_run
 //! use axum::{http::request::Parts, Router};
@@ -56,12 +81,14 @@
 #![warn(missing_docs)]
 
 mod actions;
+mod chart;
 mod db;
 mod guard;
 mod health;
 mod html;
 mod jobs;
 mod queues;
+mod workers;
 mod workflow;
 
 use std::sync::Arc;
@@ -267,6 +294,10 @@ impl Dashboard {
             .route("/jobs/{id}", get(jobs::show))
             .route("/jobs/{id}/{action}", post(actions::single))
             .route("/bulk", get(actions::confirm).post(actions::bulk))
+            .route("/selected", post(actions::selected))
+            .route("/search", get(jobs::search))
+            .route("/workers", get(workers::page))
+            .route("/queues/{name}", get(queues::queue_page))
             .route("/queues/{name}/{action}", post(actions::queue))
             .route("/schedules/{name}/{action}", post(actions::schedule))
             .route("/health", get(health::page))

@@ -15,11 +15,12 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
-use tokio_postgres::types::Type;
 use tokio_postgres::Transaction;
 
+use crate::chart::{self, Series};
 use crate::db::{self, DbResult};
 use crate::html::{self, esc, url_value, Count, Frame, Nav};
+use crate::jobs::{bad_request, valid_name};
 use crate::{html_response, App, Viewer};
 
 /// One queue's figures.
@@ -28,6 +29,10 @@ pub(crate) struct QueueRow {
     pub(crate) queue: String,
     pub(crate) queued: Count,
     pub(crate) ready: Count,
+    /// Queued, due later (display state `scheduled`).
+    pub(crate) scheduled: Count,
+    /// Queued again after a failed attempt (display state `retrying`).
+    pub(crate) retrying: Count,
     pub(crate) running: Count,
     pub(crate) done: Count,
     pub(crate) failed: Count,
@@ -39,6 +44,8 @@ pub(crate) struct QueueRow {
     pub(crate) paused: Option<(Option<f64>, Option<String>, f64)>,
     /// Its limits, if it has any.
     pub(crate) limits: Option<Limits>,
+    /// The live workers serving it (running or sleeping, not gone).
+    pub(crate) workers: i64,
 }
 
 /// A limited queue's limits (`None`: no such limit), as its `queues` row holds them.
@@ -97,6 +104,8 @@ impl QueueRow {
             queue,
             queued: Count::Exact(0),
             ready: Count::Exact(0),
+            scheduled: Count::Exact(0),
+            retrying: Count::Exact(0),
             running: Count::Exact(0),
             done: Count::Exact(0),
             failed: Count::Exact(0),
@@ -105,6 +114,7 @@ impl QueueRow {
             held: Count::Exact(0),
             paused: None,
             limits: None,
+            workers: 0,
         }
     }
 
@@ -179,7 +189,7 @@ const COLUMNS: &[Column] = &[
         title: "",
         cell: |f, r| {
             format!(
-                "<a href=\"{}/jobs?queue={}\">{}</a>",
+                "<a href=\"{}/queues/{}\">{}</a>",
                 esc(f.base),
                 url_value(&r.queue),
                 esc(&r.queue)
@@ -193,12 +203,13 @@ const COLUMNS: &[Column] = &[
     },
     Column {
         header: "Ready",
-        title: "Queued and due now",
+        title: "Queued, due now and with an attempt left: the next claim takes them",
         cell: |_, r| r.ready.html(),
     },
     Column {
-        header: "Held",
-        title: "Queued, waiting for their turn in a sequence (not ready, whatever their run_at)",
+        header: "Waiting",
+        title: "Queued, waiting for their parents or their turn in a sequence (held: not ready, \
+                whatever their run_at)",
         cell: |f, r| state_link(f, r, "held", r.held),
     },
     Column {
@@ -232,6 +243,31 @@ const COLUMNS: &[Column] = &[
                 format!(
                     "<span class=\"age{class}\">{}</span>",
                     html::span(r.oldest_ready_s)
+                )
+            }
+        },
+    },
+    Column {
+        header: "Scheduled",
+        title: "Queued, due later",
+        cell: |f, r| state_link(f, r, "scheduled", r.scheduled),
+    },
+    Column {
+        header: "Retrying",
+        title: "Queued again after a failed attempt (due now or after their backoff)",
+        cell: |f, r| state_link(f, r, "retrying", r.retrying),
+    },
+    Column {
+        header: "Workers",
+        title: "Live workers serving it (running, or sleeping with the poll off)",
+        cell: |f, r| {
+            if r.workers == 0 {
+                "<span class=\"muted\">0</span>".to_owned()
+            } else {
+                format!(
+                    "<a class=\"n\" href=\"{}/workers\">{}</a>",
+                    esc(f.base),
+                    html::int(r.workers)
                 )
             }
         },
@@ -353,11 +389,9 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     let sql = &app.sql;
     let cap = app.options.count_limit;
     let max_queues = app.options.max_queues;
-    let limits: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =
-        [(&cap, Type::INT8), (&max_queues, Type::INT8)];
     let mut rows: BTreeMap<String, QueueRow> = BTreeMap::new();
 
-    let active = db::rows(&*tx, &sql.queue_active, &limits).await?;
+    let active = sql.queue_active(&*tx, cap, max_queues).await?;
     // Each branch of the statement (queued and not held, held, running) stops at the limit.
     let (mut unheld_total, mut held_total, mut running_total) = (0i64, 0i64, 0i64);
     for r in &active {
@@ -378,6 +412,8 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
         row.queued = bound(r.get("queued"), unheld_total.max(held_total));
         row.ready = bound(r.get("ready"), unheld_total);
+        row.scheduled = bound(r.get("scheduled"), unheld_total);
+        row.retrying = bound(r.get("retrying"), unheld_total);
         row.held = bound(r.get("held"), held_total);
         row.running = bound(r.get("running"), running_total);
         row.oldest_ready_s = r.get("oldest_ready_age_s");
@@ -386,12 +422,7 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
     // Finished jobs: each queue's done, failed and last minute's counts, each exact up to
     // the count limit (read one row past it to know); beyond it, an estimate.
     let past = cap + 1;
-    let finished = db::rows(
-        &*tx,
-        &sql.queue_finished,
-        &[(&past, Type::INT8), (&max_queues, Type::INT8)],
-    )
-    .await?;
+    let finished = sql.queue_finished(&*tx, past, max_queues).await?;
     let mut out = Queues {
         count_limit: cap,
         ..Queues::default()
@@ -452,13 +483,13 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             None => out.estimate_timed_out = true,
         }
     }
-    let paused = db::rows(&*tx, &sql.queue_paused, &[(&max_queues, Type::INT8)]).await?;
+    let paused = sql.queue_paused(&*tx, max_queues).await?;
     for r in &paused {
         let q: String = r.get("name");
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
         row.paused = Some((r.get("paused_at"), r.get("paused_by"), r.get("now")));
     }
-    let limited = db::rows(&*tx, &sql.queue_limits, &[(&max_queues, Type::INT8)]).await?;
+    let limited = sql.queue_limits(&*tx, max_queues).await?;
     for r in &limited {
         let q: String = r.get("name");
         let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
@@ -478,18 +509,9 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
         .iter()
         .any(|r| r.get::<_, Option<i32>>("per_key").is_some())
     {
-        let keys = db::rows(
-            &*tx,
-            &sql.queue_keys_waiting,
-            &[
-                (&cap, Type::INT8),
-                (&KEYS_LOOKED, Type::INT8),
-                (&KEY_ROWS, Type::INT8),
-                (&WAITS_SHOWN, Type::INT8),
-                (&max_queues, Type::INT8),
-            ],
-        )
-        .await?;
+        let keys = sql
+            .queue_keys_waiting(&*tx, cap, KEYS_LOOKED, KEY_ROWS, WAITS_SHOWN, max_queues)
+            .await?;
         out.keys_considered = keys.first().map_or(0, |r| r.get("considered"));
         out.keys = keys
             .iter()
@@ -516,16 +538,9 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             .collect();
     }
     if held_total > 0 {
-        let seqs = db::rows(
-            &*tx,
-            &sql.queue_sequences_held,
-            &[
-                (&cap, Type::INT8),
-                (&WAITS_SHOWN, Type::INT8),
-                (&max_queues, Type::INT8),
-            ],
-        )
-        .await?;
+        let seqs = sql
+            .queue_sequences_held(&*tx, cap, WAITS_SHOWN, max_queues)
+            .await?;
         let capped = seqs.first().is_some_and(|r| r.get::<_, i64>("read") >= cap);
         out.sequences = seqs
             .iter()
@@ -546,7 +561,13 @@ async fn read(app: &App, tx: &mut Transaction<'_>) -> DbResult<Queues> {
             })
             .collect();
     }
-    let schedules = db::rows(&*tx, &sql.schedule_list, &[(&max_queues, Type::INT8)]).await?;
+    let serving = sql.queue_workers(&*tx, max_queues).await?;
+    for r in &serving {
+        let q: String = r.get("queue");
+        let row = rows.entry(q.clone()).or_insert_with(|| QueueRow::new(q));
+        row.workers = r.get("workers");
+    }
+    let schedules = sql.schedule_list(&*tx, max_queues).await?;
     out.schedules = schedules
         .iter()
         .map(|r| {
@@ -611,17 +632,10 @@ async fn estimates(
     let limit = i64::try_from(over.len()).unwrap_or(i64::MAX);
     let schema = app.client.schema().name();
     let sp = tx.savepoint("estimate").await?;
-    let read = db::rows(
-        &sp,
-        &app.sql.queue_finished_sample,
-        &[
-            (&SAMPLE_PAGES, Type::FLOAT8),
-            (&queues, Type::TEXT_ARRAY),
-            (&limit, Type::INT8),
-            (&schema, Type::TEXT),
-        ],
-    )
-    .await;
+    let read = app
+        .sql
+        .queue_finished_sample(&sp, SAMPLE_PAGES, &queues, limit, schema)
+        .await;
     let sampled = match read {
         Ok(rows) => rows,
         Err(e) if e.is_timeout() => return Ok(None),
@@ -693,6 +707,183 @@ fn queues_table(f: &Frame<'_>, q: &Queues) -> String {
     for n in notes {
         s.push_str(&format!("<p class=\"note\">{}</p>", esc(&n)));
     }
+    s
+}
+
+/// A paused queue's banner: who paused it and since when (as `queue_paused.sql` reads it).
+pub(crate) fn paused_banner(queue: &str, at: Option<f64>, by: Option<&str>, now: f64) -> String {
+    let by = by.map_or_else(String::new, |b| format!(" by <b>{}</b>", esc(b)));
+    let since = match at {
+        Some(_) => format!(" since {}", html::when_full(at, now)),
+        None => String::new(),
+    };
+    format!(
+        "<p class=\"notice warn banner\" id=\"paused-banner\">Queue <b>{}</b> is paused{by}{since}: \
+         no worker claims its jobs until it is resumed (running ones finish).</p>",
+        esc(queue)
+    )
+}
+
+/// The pause of `queue`, if it is paused: since when, by whom, and the database's clock.
+pub(crate) async fn paused(
+    app: &App,
+    tx: &(impl tokio_postgres::GenericClient + Sync),
+    queue: &str,
+) -> DbResult<Option<(Option<f64>, Option<String>, f64)>> {
+    Ok(app
+        .sql
+        .queue_paused(tx, app.options.max_queues)
+        .await?
+        .iter()
+        .find(|r| r.get::<_, &str>("name") == queue)
+        .map(|r| (r.get("paused_at"), r.get("paused_by"), r.get("now"))))
+}
+
+/// `GET /queues/{name}`: one queue: its pause, the workers serving it, links to its jobs by
+/// state, and its last hour from the per-minute rollup (throughput and depth).
+pub(crate) async fn queue_page(
+    State(app): State<App>,
+    Extension(v): Extension<Viewer>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    if !valid_name(&name, false) {
+        return bad_request(
+            &app,
+            &v,
+            &format!("{name:?} is not a queue name (1 to 128 of A-Z a-z 0-9 _ . -)."),
+        );
+    }
+    let read = async {
+        let mut obj = db::conn(app.client.pool()).await?;
+        let mut tx = db::begin(&mut obj, &app.sql, app.options.statement_timeout).await?;
+        // Its row of the queues page, read as that page reads it.
+        let all = read(&app, &mut tx).await?;
+        let pause = paused(&app, &tx, &name).await?;
+        let workers = app
+            .sql
+            .queue_workers(&tx, app.options.max_queues)
+            .await?
+            .iter()
+            .find(|r| r.get::<_, &str>("queue") == name)
+            .map_or(0, |r| r.get::<_, i64>("workers"));
+        let stats = app.sql.queue_stats_hour(&tx, &name).await?;
+        let now = match stats.first() {
+            Some(r) => r.get("now"),
+            None => pause.as_ref().map_or(0.0, |p| p.2),
+        };
+        let row = Queues {
+            rows: all.rows.into_iter().filter(|r| r.queue == name).collect(),
+            ..all
+        };
+        Ok::<_, db::DbError>((row, pause, workers, stats, now))
+    };
+    let (row, pause, workers, stats, now) = match read.await {
+        Ok(x) => x,
+        Err(e) => return app.db_error(&v, &e),
+    };
+    let f = app.frame(&v);
+    let base = esc(f.base);
+    let q = url_value(&name);
+    let mut s = String::new();
+    if let Some((at, by, now)) = &pause {
+        s.push_str(&paused_banner(&name, *at, by.as_deref(), *now));
+    }
+    if row.rows.is_empty() {
+        s.push_str("<p class=\"empty\">No job in this queue.</p>");
+    } else {
+        s.push_str(&queues_table(&f, &row));
+    }
+    s.push_str(&format!(
+        "<p class=\"summary\" id=\"queue-workers\">{} live {} serving it \
+         (<a href=\"{base}/workers\">workers</a>).</p>",
+        html::int(workers),
+        if workers == 1 { "worker" } else { "workers" }
+    ));
+    let links: Vec<String> = crate::jobs::STATES
+        .iter()
+        .filter(|s| **s != "waiting")
+        .map(|st| {
+            let label = if *st == "held" { "waiting" } else { st };
+            format!("<a href=\"{base}/jobs?queue={q}&amp;state={st}\">{label}</a>")
+        })
+        .collect();
+    s.push_str(&format!(
+        "<p class=\"links\">Its jobs: <a href=\"{base}/jobs?queue={q}\">all</a> · {}</p>",
+        links.join(" · ")
+    ));
+    s.push_str(&charts(&name, &stats, now));
+    html_response(
+        StatusCode::OK,
+        html::page(&f, &format!("Queue {name}"), Nav::Queues, "", &s, true),
+    )
+}
+
+/// The throughput and depth charts of a queue's last hour, or the empty state when the rollup
+/// has no sample of it.
+fn charts(queue: &str, stats: &[tokio_postgres::Row], now: f64) -> String {
+    let mut s = String::from("<h2>Last hour</h2>");
+    if stats.is_empty() {
+        s.push_str(
+            "<p class=\"empty\" id=\"no-samples\">No samples: the rollup is written by a \
+             running worker's elected gauges service, once a minute.</p>",
+        );
+        return s;
+    }
+    let series = |col: &str| -> Vec<(f64, f64)> {
+        stats
+            .iter()
+            .map(|r| (r.get::<_, f64>("minute"), r.get::<_, i64>(col) as f64))
+            .collect()
+    };
+    s.push_str("<div class=\"charts\"><figure><figcaption>Throughput: jobs finished per minute</figcaption>");
+    s.push_str(&chart::chart(
+        "chart-throughput",
+        &format!("Jobs of queue {queue} done and failed per minute, last hour"),
+        now,
+        &[
+            Series {
+                name: "done",
+                class: "done",
+                points: series("done"),
+            },
+            Series {
+                name: "failed",
+                class: "failed",
+                points: series("failed"),
+            },
+        ],
+    ));
+    s.push_str(
+        "</figure><figure><figcaption>Depth: jobs at each minute's last sample</figcaption>",
+    );
+    s.push_str(&chart::chart(
+        "chart-depth",
+        &format!("Jobs of queue {queue} available, scheduled and running, last hour"),
+        now,
+        &[
+            Series {
+                name: "available",
+                class: "available",
+                points: series("available"),
+            },
+            Series {
+                name: "scheduled",
+                class: "scheduled",
+                points: series("scheduled"),
+            },
+            Series {
+                name: "running",
+                class: "running",
+                points: series("running"),
+            },
+        ],
+    ));
+    s.push_str(&format!(
+        "</figure></div><p class=\"note\">{} of the last 60 minutes sampled; a minute with no \
+         sample is a gap, not a zero. Written once a minute by a running worker's elected \
+         gauges service.</p>",
+        stats.len()
+    ));
     s
 }
 

@@ -13,10 +13,9 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
-use crate::db::{self, DbResult, Sql};
+use crate::db::{DbResult, Sql};
 use crate::html::{esc, int, state_badge, Count, Frame};
 
 /// The most parents, and the most children, listed on a job's page.
@@ -88,13 +87,7 @@ pub(crate) async fn read(
 ) -> DbResult<Workflow> {
     let mut parents = Vec::new();
     let mut children = Vec::new();
-    for r in db::rows(
-        c,
-        &sql.job_family,
-        &[(&id, Type::INT8), (&MAX_RELATIVES, Type::INT8)],
-    )
-    .await?
-    {
+    for r in sql.job_family(c, id, MAX_RELATIVES).await? {
         let rel = Relative {
             id: r.get("id"),
             status: r.get("status"),
@@ -109,30 +102,13 @@ pub(crate) async fn read(
             children.push(rel);
         }
     }
-    let counts = db::rows(
-        c,
-        &sql.job_children_count,
-        &[(&id, Type::INT8), (&count_limit, Type::INT8)],
-    )
-    .await?;
-    let (total, waiting) = counts.first().map_or((0, 0), |r| {
-        (r.get::<_, i64>("total"), r.get::<_, i64>("waiting"))
-    });
+    let (total, waiting) = sql.job_children_count(c, id, count_limit).await?;
     let children_total = if total >= count_limit {
         Count::AtLeast(total)
     } else {
         Count::Exact(total)
     };
-    let rows = db::rows(
-        c,
-        &sql.job_workflow,
-        &[
-            (&id, Type::INT8),
-            (&MAX_NODES, Type::INT8),
-            (&count_limit, Type::INT8),
-        ],
-    )
-    .await?;
+    let rows = sql.job_workflow(c, id, MAX_NODES, count_limit).await?;
     let mut graph = Graph::default();
     for r in &rows {
         graph.total = r.get("total");

@@ -21,7 +21,21 @@ WITH j AS (
          count(*) FILTER (WHERE status IN ('done', 'failed')
                           AND finished_at > now() - interval '1 minute')   AS finished_last_minute,
          count(*) FILTER (WHERE status = 'queued'
-                          AND last_error LIKE 'unserved: %')                AS unserved
+                          AND last_error LIKE 'unserved: %')                AS unserved,
+         -- For the per-minute rollup (queue_stats, written by the gauges service): jobs
+         -- scheduled for later, and jobs that reached done or failed in this minute and in
+         -- the one before (whose count is final once a round ran after it ended).
+         count(*) FILTER (WHERE status = 'queued' AND run_at > now())       AS scheduled,
+         count(*) FILTER (WHERE status = 'done'
+                          AND finished_at >= date_trunc('minute', now()))   AS done_minute,
+         count(*) FILTER (WHERE status = 'failed'
+                          AND finished_at >= date_trunc('minute', now()))   AS failed_minute,
+         count(*) FILTER (WHERE status = 'done'
+                          AND finished_at >= date_trunc('minute', now()) - interval '1 minute'
+                          AND finished_at < date_trunc('minute', now()))    AS done_prev_minute,
+         count(*) FILTER (WHERE status = 'failed'
+                          AND finished_at >= date_trunc('minute', now()) - interval '1 minute'
+                          AND finished_at < date_trunc('minute', now()))    AS failed_prev_minute
   FROM {schema}.jobs
   GROUP BY queue
 )
@@ -34,7 +48,13 @@ SELECT coalesce(j.queue, p.name)                  AS queue,
        coalesce(j.oldest_ready_age_s, 0)::float8  AS oldest_ready_age_s,
        coalesce(j.finished_last_minute, 0)        AS finished_last_minute,
        coalesce(j.unserved, 0)                    AS unserved,
-       p.name IS NOT NULL                         AS paused
+       p.name IS NOT NULL                         AS paused,
+       coalesce(j.scheduled, 0)                   AS scheduled,
+       coalesce(j.done_minute, 0)                 AS done_minute,
+       coalesce(j.failed_minute, 0)               AS failed_minute,
+       coalesce(j.done_prev_minute, 0)            AS done_prev_minute,
+       coalesce(j.failed_prev_minute, 0)          AS failed_prev_minute,
+       date_trunc('minute', now())                AS minute
 FROM j
 FULL JOIN (SELECT name FROM {schema}.queues WHERE paused) p ON p.name = j.queue
 ORDER BY 1

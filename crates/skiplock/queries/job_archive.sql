@@ -15,9 +15,9 @@ WITH doomed AS MATERIALIZED (
 ), archived AS (
   INSERT INTO {schema}.jobs_archive
     (id, queue, payload, status, run_at, attempts, max_attempts, locked_until, last_error,
-     created_at, kind, priority, finished_at, schedule, output, after)
+     created_at, kind, priority, finished_at, schedule, output, after, errors, attempted_at)
   SELECT id, queue, payload, status, run_at, attempts, max_attempts, locked_until, last_error,
-         created_at, kind, priority, finished_at, schedule, output, after
+         created_at, kind, priority, finished_at, schedule, output, after, errors, attempted_at
   FROM moved
   RETURNING 1
 )

@@ -40,6 +40,7 @@ UPDATE {schema}.jobs j
 SET status       = 'running',
     attempts     = j.attempts + 1,
     locked_until = now() + $3::int8 * interval '1 microsecond',
+    attempted_at = now(),
     -- A job whose uniqueness rule lets a new job queue behind it while it runs gives up
     -- its key as it starts (migration 6); every other job keeps its key.
     unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END

@@ -18,6 +18,7 @@ UPDATE {schema}.jobs j
 SET status       = 'running',
     attempts     = j.attempts + 1,
     locked_until = now() + $2::int8 * interval '1 microsecond',
+    attempted_at = now(),
     unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END,
     held         = NULL
 FROM next

@@ -14,7 +14,8 @@ SELECT id, queue, kind, payload::text AS payload, status, priority,
        floor(extract(epoch FROM created_at) * 1000000)::int8 AS created_at_us,
        floor(extract(epoch FROM finished_at) * 1000000)::int8 AS finished_at_us,
        schedule, key, sequence, held, output::text AS output, after, waiting,
-       unique_key, unique_queued_only, has_children
+       unique_key, unique_queued_only, has_children,
+       errors::text AS errors
 FROM {schema}.jobs
 WHERE status = ANY ($4::text[])
   AND ($1::text IS NULL OR kind = $1::text)

@@ -23,6 +23,11 @@
 --                                                     error kept, so that a worker that
 --                                                     handles the kind runs it
 --
+-- A failed attempt (retry, discard) is appended to the job's `errors` (migration 14): its
+-- attempt, when it ended, its error (cut to 2048 characters; `last_error` keeps it whole)
+-- and how long it ran (from `attempted_at`, set by the claim), keeping the last 20. The
+-- same UPDATE, only on those rows: a completion writes the column back unchanged.
+--
 -- A job that other jobs wait for (migration 13) makes them ready, or ends them failed, in
 -- this statement: the jobs table's triggers do it for rows whose has_children is set, so
 -- a plain batch runs no trigger function and pays nothing for workflows.
@@ -111,7 +116,17 @@ WITH o AS MATERIALIZED (
       locked_until = NULL,
       last_error   = CASE WHEN c.outcome IN ('retry', 'discard', 'unserved') THEN c.error
                           ELSE j.last_error END,
-      output       = CASE WHEN c.outcome = 'complete' THEN c.output::jsonb ELSE j.output END
+      output       = CASE WHEN c.outcome = 'complete' THEN c.output::jsonb ELSE j.output END,
+      -- The attempt history (migration 14): a failed attempt appends itself, keeping the
+      -- last 20; every other outcome leaves the column as it is.
+      errors       = CASE WHEN c.outcome IN ('retry', 'discard') THEN
+                       jsonb_path_query_array(coalesce(j.errors, '[]') || jsonb_build_array(
+                         jsonb_build_object('attempt', j.attempts, 'at', now(),
+                                            'error', left(c.error, 2048),
+                                            'ran_ms', (extract(epoch FROM now() - j.attempted_at)
+                                                       * 1000)::int8)),
+                         '$[last - 19 to last]')
+                       ELSE j.errors END
   FROM c
   WHERE c.verdict = 'write'
     AND j.id = c.id

@@ -2,6 +2,8 @@
 --   * jobs whose lease expired go back to `queued`, or to `failed` once they used all their
 --     attempts (a job that kills every worker that runs it must not come back forever);
 --     an earlier error is kept, otherwise the reason is 'lease expired';
+--     the attempt is appended to the job's history (`errors`, the last 20, as
+--     job_finish_many.sql does) with the error 'lease expired';
 --   * queued jobs with no attempt left (attempts >= max_attempts: the claim would skip them
 --     forever) become `failed` with 'no attempts left' unless they have an error already.
 -- $1 is the most rows of each kind one round moves; the caller repeats while a round comes
@@ -42,7 +44,15 @@ SET status       = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'qu
     locked_until = NULL,
     last_error   = coalesce(j.last_error,
                             CASE WHEN j.status = 'queued' THEN 'no attempts left'
-                                 ELSE 'lease expired' END)
+                                 ELSE 'lease expired' END),
+    errors       = CASE WHEN j.status = 'running' THEN
+                     jsonb_path_query_array(coalesce(j.errors, '[]') || jsonb_build_array(
+                       jsonb_build_object('attempt', j.attempts, 'at', now(),
+                                          'error', 'lease expired',
+                                          'ran_ms', (extract(epoch FROM now() - j.attempted_at)
+                                                     * 1000)::int8)),
+                       '$[last - 19 to last]')
+                   ELSE j.errors END
 FROM doomed d
 WHERE j.id = d.id
 RETURNING j.id, j.status, j.attempts, j.queue

@@ -503,6 +503,55 @@ pub struct JobRow {
     pub unique_queued_only: bool,
     /// `has_children`: `Some(true)` once another job waits for this one ([`NewJob::after`]).
     pub has_children: Option<bool>,
+    /// `errors`: the job's last 20 failed attempts, oldest first (see [`AttemptError`]);
+    /// empty for a job that never failed.
+    pub errors: Vec<AttemptError>,
+}
+
+/// One failed attempt in a job's history ([`JobRow::errors`]): written by the statement
+/// that records the failure (a retry or discard outcome, a timeout, [`Client::fail`], the
+/// reaper for an expired lease), never by a completion. A job keeps its last 20.
+///
+/// [`Client::fail`]: crate::Client::fail
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptError {
+    /// The attempt (1 for the first run).
+    pub attempt: i32,
+    /// When the attempt ended, by the database's clock.
+    pub at: SystemTime,
+    /// Its error (cut to 2048 characters; `last_error` keeps the last one whole);
+    /// `"lease expired"` when the reaper ended it.
+    pub error: Option<String>,
+    /// How long it ran, from its claim to its end, in milliseconds; `None` if its claim
+    /// predates the column that records it (migration 14).
+    pub ran_ms: Option<i64>,
+}
+
+impl AttemptError {
+    /// The history as stored (a JSON array, oldest first). Lenient: an element that is not an
+    /// attempt as skiplock writes it (a hand-edited row) is left out, never an error.
+    pub(crate) fn parse_history(text: Option<&str>) -> Vec<AttemptError> {
+        let Some(text) = text else {
+            return Vec::new();
+        };
+        let Ok(serde_json::Value::Array(items)) = serde_json::from_str(text) else {
+            return Vec::new();
+        };
+        items
+            .iter()
+            .filter_map(|v| {
+                let attempt = i32::try_from(v.get("attempt")?.as_i64()?).ok()?;
+                let at = chrono::DateTime::parse_from_rfc3339(v.get("at")?.as_str()?).ok()?;
+                Some(AttemptError {
+                    attempt,
+                    at: SystemTime::from(at),
+                    error: v.get("error").and_then(|e| e.as_str()).map(str::to_owned),
+                    ran_ms: v.get("ran_ms").and_then(serde_json::Value::as_i64),
+                })
+            })
+            .collect()
+    }
 }
 
 impl JobRow {

@@ -80,10 +80,11 @@ pub use handler::{
     AsNewJob, BoxError, BoxFuture, Handler, Job, JobContext, JobError, JobOptions, Registry,
 };
 pub use job::{
-    Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob, ReapedJob,
-    Relative, Retry, Transition, DEFAULT_KIND, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_AFTER,
-    MAX_BATCH_BYTES,
+    AttemptError, Backoff, ClaimedJob, FailOutcome, JobFamily, JobId, JobRow, JobState, NewJob,
+    ReapedJob, Relative, Retry, Transition, DEFAULT_KIND, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE,
+    MAX_AFTER, MAX_BATCH_BYTES,
 };
+pub use maintenance::gauges::QueueMinute;
 pub use maintenance::{PruneOptions, PruneReport};
 pub use migrate::{latest_version, migrate, Migration, MigrationReport, MIGRATIONS};
 pub use periodic::{Missed, Schedule};
@@ -96,7 +97,9 @@ pub use unique::{
     Enqueued, OnConflict, Unique, MAX_UNIQUE_FIELDS, MAX_UNIQUE_KEY_LEN, MIN_UNIQUE_PERIOD,
 };
 pub use worker::{JobEnd, WorkerEvent};
-pub use worker::{RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig};
+pub use worker::{
+    RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig, WorkerRow, WorkerState,
+};
 pub use workflow::{Step, Workflow, MAX_WORKFLOW_JOBS};
 
 /// Re-exported drivers, so that callers use the same versions skiplock does.

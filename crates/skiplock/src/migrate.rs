@@ -89,6 +89,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "workflows",
         sql: include_str!("../migrations/0013_workflows.sql"),
     },
+    Migration {
+        version: 14,
+        name: "workers_and_history",
+        sql: include_str!("../migrations/0014_workers_and_history.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -624,3 +624,242 @@ async fn expect_status(b: &Bundle, id: i64, want: Option<&str>) -> anyhow::Resul
     }
     Ok(())
 }
+
+/// The operator's pages in a browser: the workers page, a queue's page with its charts and
+/// paused banner (and with no samples), the job list in every display state with ticked rows
+/// that survive a refresh and a retry of them, a job's attempt history, Run now, and the
+/// search box. Screenshots: `workers.png`, `queue-charts.png`, `queue-empty.png`,
+/// `jobs-states.png`, `jobs-ticked.png`, `job-history.png`, `job-run-now.png`, `search.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_pages_in_a_headless_browser() {
+    let Some((driver, chromium)) = browser_binaries() else {
+        return;
+    };
+    let b = setup().await;
+    let s = Session::start(b.router(), "operator", &driver, &chromium).await;
+    let outcome = drive_operator(&s.browser, &b, &s.base).await;
+    s.finish(outcome).await;
+}
+
+async fn drive_operator(browser: &Browser, b: &Bundle, base: &str) -> anyhow::Result<()> {
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir)?;
+    browser.set_window_size(1280, 800).await?;
+    let one =
+        |sql: String| async move { b.raw.query_one(&sql, &[]).await.map(|r| r.get::<_, i64>(0)) };
+
+    // Workers: two running, one sleeping, one gone.
+    for (host, pid, poll_off, seen, stopped, queues) in [
+        (
+            "web-1",
+            811,
+            false,
+            2,
+            "NULL",
+            r#"{"mail": 8, "webhooks": 4}"#,
+        ),
+        (
+            "web-2",
+            812,
+            false,
+            4,
+            "NULL",
+            r#"{"mail": 8, "webhooks": 4}"#,
+        ),
+        ("batch-1", 77, true, 1800, "NULL", r#"{"reports": 2}"#),
+        (
+            "web-0",
+            640,
+            false,
+            5400,
+            "now() - interval '90 minutes'",
+            r#"{"mail": 8}"#,
+        ),
+    ] {
+        b.raw
+            .execute(
+                &format!(
+                    "INSERT INTO workers (host, pid, queues, concurrency, running, poll_off, \
+                     heartbeat, version, started_at, last_seen, stopped_at) \
+                     VALUES ($1, $2, $3::text::jsonb, 12, 5, $4, interval '10 seconds', '0.9.0', \
+                     now() - interval '3 hours', now() - $5 * interval '1 second', {stopped})"
+                ),
+                &[&host, &pid, &queues, &poll_off, &f64::from(seen)],
+            )
+            .await?;
+    }
+    // Jobs in every display state, in queue mail.
+    let scheduled = one(
+        "INSERT INTO jobs (queue, kind, payload, run_at) VALUES ('mail', 'send_email', \
+         '{\"to\": \"ada@example.com\"}', now() + interval '2 hours') RETURNING id"
+            .to_owned(),
+    )
+    .await?;
+    let failed = b.add("mail", "send_email", "failed").await;
+    let failed2 = b.add("mail", "send_email", "failed").await;
+    b.add("mail", "send_email", "queued").await;
+    b.add("mail", "send_email", "running").await;
+    b.add("mail", "send_email", "done").await;
+    one(
+        "INSERT INTO jobs (queue, kind, payload, attempts, last_error, run_at) VALUES ('mail', \
+         'send_email', '{}', 2, 'SMTP 451: try again later', now() + interval '40 seconds') \
+         RETURNING id"
+            .to_owned(),
+    )
+    .await?;
+    one(
+        "INSERT INTO jobs (queue, kind, payload, status, finished_at, last_error) VALUES \
+         ('mail', 'send_email', '{}', 'failed', now(), 'cancelled') RETURNING id"
+            .to_owned(),
+    )
+    .await?;
+    b.raw
+        .execute(
+            "UPDATE jobs SET attempts = 3, max_attempts = 3, \
+             attempted_at = finished_at - interval '4.2 seconds', \
+             errors = jsonb_build_array( \
+               jsonb_build_object('attempt', 1, 'at', now() - interval '12 minutes', \
+                 'error', 'SMTP 421: service not available, closing transmission channel', \
+                 'ran_ms', 1204), \
+               jsonb_build_object('attempt', 2, 'at', now() - interval '6 minutes', \
+                 'error', 'connection reset by peer', 'ran_ms', 30021), \
+               jsonb_build_object('attempt', 3, 'at', finished_at, \
+                 'error', 'SMTP 550: mailbox unavailable', 'ran_ms', 4200)), \
+             last_error = 'SMTP 550: mailbox unavailable' WHERE id = $1",
+            &[&failed],
+        )
+        .await?;
+    // The last hour of the mail queue, with a gap of missing samples.
+    b.raw
+        .execute(
+            "INSERT INTO queue_stats (queue, minute, done, failed, available, scheduled, running) \
+             SELECT 'mail', date_trunc('minute', now()) - m * interval '1 minute', \
+                    (120 + 40 * sin(m / 6.0))::int8, (m % 7 = 0)::int * 3, \
+                    (30 + 25 * cos(m / 9.0))::int8, 12, 8 + m % 3 \
+             FROM generate_series(0, 59) m WHERE m NOT BETWEEN 24 AND 31",
+            &[],
+        )
+        .await?;
+    b.client.pause_queue("mail", Some("ops-oncall")).await?;
+
+    browser.goto(&format!("{base}/workers")).await?;
+    let live = wait_text(browser, "table.workers").await?;
+    for want in ["web-1", "running", "batch-1", "sleeping", "poll off"] {
+        if !live.contains(want) {
+            bail!("the workers table lacks {want:?}: {live:?}");
+        }
+    }
+    let gone = wait_text(browser, "table.workers.gone").await?;
+    if !gone.contains("web-0") || !gone.contains("stopped") {
+        bail!("the gone table: {gone:?}");
+    }
+    std::fs::write(dir.join("workers.png"), browser.screenshot().await?)?;
+
+    browser.goto(&format!("{base}/queues/mail")).await?;
+    let banner = wait_text(browser, "#paused-banner").await?;
+    if !banner.contains("paused by ops-oncall") {
+        bail!("the banner: {banner:?}");
+    }
+    let n = browser
+        .find_all(Locator::Css("#chart-throughput polyline"))
+        .await?
+        .len();
+    if n != 4 {
+        bail!("{n} throughput lines, not 4 (2 series, each broken by the gap)");
+    }
+    browser.set_window_size(1280, 900).await?;
+    std::fs::write(dir.join("queue-charts.png"), browser.screenshot().await?)?;
+    browser.goto(&format!("{base}/queues/webhooks")).await?;
+    wait_text(browser, "#no-samples").await?;
+    std::fs::write(dir.join("queue-empty.png"), browser.screenshot().await?)?;
+    browser.set_window_size(1280, 800).await?;
+
+    // The list: every display state, ticks that survive a refresh, and a retry of them.
+    browser.goto(&format!("{base}/jobs?queue=mail")).await?;
+    let list = wait_text(browser, "table.jobs").await?;
+    for want in [
+        "available",
+        "scheduled",
+        "retrying",
+        "running",
+        "done",
+        "failed",
+        "cancelled",
+    ] {
+        if !list.contains(want) {
+            bail!("the list lacks {want:?}: {list:?}");
+        }
+    }
+    wait_text(browser, "#paused-banner").await?;
+    std::fs::write(dir.join("jobs-states.png"), browser.screenshot().await?)?;
+    for id in [failed, failed2] {
+        browser
+            .find(Locator::Css(&format!("input[name=id][value=\"{id}\"]")))
+            .await?
+            .click()
+            .await?;
+    }
+    // Wait for a refresh to replace the table, then look at the ticks again.
+    browser
+        .execute(
+            "document.getElementById('refresh-status').textContent = '';",
+            vec![],
+        )
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !wait_text(browser, "#refresh-status")
+        .await?
+        .starts_with("updated")
+    {
+        if Instant::now() > deadline {
+            bail!("no refresh");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ticked = browser
+        .execute(
+            "return [...document.querySelectorAll('input[name=id]:checked')].map(e => +e.value);",
+            vec![],
+        )
+        .await?;
+    if ticked != serde_json::json!([failed2, failed]) {
+        bail!("after a refresh the ticked jobs are {ticked}");
+    }
+    std::fs::write(dir.join("jobs-ticked.png"), browser.screenshot().await?)?;
+    click(browser, "selected-retry").await?;
+    let notice = wait_text(browser, ".notice.ok").await?;
+    if !notice.contains("Retried 2 of the 2 ticked jobs") {
+        bail!("after the retry of ticked jobs: {notice:?}");
+    }
+    expect_status(b, failed, Some("queued")).await?;
+    expect_status(b, failed2, Some("queued")).await?;
+
+    // Its attempt history (the job is retrying now).
+    browser.goto(&format!("{base}/jobs/{failed}")).await?;
+    let history = wait_text(browser, "table.history").await?;
+    if !history.contains("connection reset by peer") || !history.contains("30.0 s") {
+        bail!("the history: {history:?}");
+    }
+    browser.set_window_size(1280, 1100).await?;
+    std::fs::write(dir.join("job-history.png"), browser.screenshot().await?)?;
+    browser.set_window_size(1280, 800).await?;
+
+    // Run now.
+    browser.goto(&format!("{base}/jobs/{scheduled}")).await?;
+    click(browser, "action-run").await?;
+    let notice = wait_text(browser, ".notice").await?;
+    if !notice.contains("Due now") {
+        bail!("after Run now: {notice:?}");
+    }
+    std::fs::write(dir.join("job-run-now.png"), browser.screenshot().await?)?;
+
+    // The search box in the bar.
+    let input = browser.find(Locator::Css("form.search input")).await?;
+    input.send_keys("ADA@example\n").await?;
+    let summary = wait_text(browser, "#search-summary").await?;
+    if !summary.contains("1 match") || !summary.contains("searched every job") {
+        bail!("the search: {summary:?}");
+    }
+    std::fs::write(dir.join("search.png"), browser.screenshot().await?)?;
+    Ok(())
+}

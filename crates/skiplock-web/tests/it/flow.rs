@@ -260,7 +260,7 @@ async fn a_held_job_shows_as_held_on_its_page_in_the_list_and_on_the_queues_page
     assert_eq!(page.status, StatusCode::OK);
     let body = text(&page.body);
     assert!(
-        body.contains("queued held (waiting for its turn in sequence acct-7)"),
+        body.contains("waiting held (waiting for its turn in sequence acct-7)"),
         "{body}"
     );
     assert!(
@@ -389,38 +389,50 @@ async fn queued_and_held_jobs_are_read_through_their_indexes() {
                 format!("job_list_older held={held}"),
                 render(
                     include_str!("../../queries/job_list_older.sql"),
-                    &[queued, "NULL", "NULL", "NULL", "51", "NULL", held],
+                    &[queued, "NULL", "NULL", "NULL", "51", "NULL", held, "NULL"],
                 ),
             ),
             (
                 format!("job_list_older, a queue, below an id, held={held}"),
                 render(
                     include_str!("../../queries/job_list_older.sql"),
-                    &[queued, "'q1'", "NULL", &top, "51", "NULL", held],
+                    &[queued, "'q1'", "NULL", &top, "51", "NULL", held, "NULL"],
                 ),
             ),
             (
                 format!("job_list_newer held={held}"),
                 render(
                     include_str!("../../queries/job_list_newer.sql"),
-                    &[queued, "NULL", "NULL", "1", "51", "NULL", held],
+                    &[queued, "NULL", "NULL", "1", "51", "NULL", held, "NULL"],
                 ),
             ),
             (
                 format!("job_count held={held}"),
                 render(
                     include_str!("../../queries/job_count.sql"),
-                    &[queued, "NULL", "NULL", "10000", "NULL", held],
+                    &[queued, "NULL", "NULL", "10000", "NULL", held, "NULL"],
                 ),
             ),
             (
                 format!("job_select_ids held={held}"),
                 render(
                     include_str!("../../queries/job_select_ids.sql"),
-                    &[queued, "'q1'", "NULL", &top, "1000", "NULL", held],
+                    &[queued, "'q1'", "NULL", &top, "1000", "NULL", held, "NULL"],
                 ),
             ),
         ]);
+    }
+    // A display state of queued jobs reads the same indexes.
+    for state in ["'available'", "'scheduled'", "'retrying'"] {
+        cases.push((
+            format!("job_list_older display state {state}"),
+            render(
+                include_str!("../../queries/job_list_older.sql"),
+                &[
+                    "'queued'", "NULL", "NULL", "NULL", "51", "NULL", "false", state,
+                ],
+            ),
+        ));
     }
     cases.extend([
         (

@@ -9,6 +9,7 @@ mod bench;
 mod browser;
 mod control;
 mod flow;
+mod operator;
 mod pages;
 mod pagination;
 mod pgbouncer;

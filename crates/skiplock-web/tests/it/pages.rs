@@ -26,13 +26,13 @@ async fn every_page_renders_with_the_databases_figures() {
     let mail = row(&q.body, "mail");
     assert_eq!(
         cells(&mail),
-        ["mail", "3", "3", "0", "1", "4", "0", "4", "0 s", "-", "Pause"],
+        ["mail", "3", "3", "0", "1", "4", "0", "4", "0 s", "0", "0", "0", "-", "Pause"],
         "{mail}"
     );
     let reports = row(&q.body, "reports");
     assert_eq!(
         cells(&reports),
-        ["reports", "0", "0", "0", "0", "2", "1", "3", "-", "-", "Pause"]
+        ["reports", "0", "0", "0", "0", "2", "1", "3", "-", "0", "0", "0", "-", "Pause"]
     );
     // No limited queue and no held job: no flow control section.
     assert!(!q.body.contains("Flow control"), "{}", q.body);
@@ -140,7 +140,7 @@ async fn links_follow_the_mount_point() {
         let page = get(&app, path).await;
         assert_eq!(page.status, StatusCode::OK, "{path}");
         assert!(
-            page.body.contains("href=\"/admin/jobs/jobs?queue=q\""),
+            page.body.contains("href=\"/admin/jobs/queues/q\""),
             "{}",
             page.body
         );
@@ -155,9 +155,24 @@ async fn links_follow_the_mount_point() {
         "{}",
         job.body
     );
+    // The operator's pages and forms too.
+    let list = get(&app, "/admin/jobs/jobs").await;
+    for want in [
+        "href=\"/admin/jobs/workers\"",
+        "action=\"/admin/jobs/search\"",
+        "action=\"/admin/jobs/selected\"",
+    ] {
+        assert!(list.body.contains(want), "{want}: {}", list.body);
+    }
+    let search = get(&app, &format!("/admin/jobs/search?q={id}")).await;
+    assert_eq!(search.location(), format!("/admin/jobs/jobs/{id}"));
+    let queue = get(&app, "/admin/jobs/queues/q").await;
+    assert!(queue
+        .body
+        .contains("href=\"/admin/jobs/jobs?queue=q&amp;state=failed\""));
     // At the root, links start at /.
     let root = get(&b.router(), "/").await;
-    assert!(root.body.contains("href=\"/jobs?queue=q\""));
+    assert!(root.body.contains("href=\"/queues/q\""));
 }
 
 #[tokio::test]
@@ -226,7 +241,7 @@ async fn bad_input_gets_a_clear_page() {
 
 /// The cells of the queues table's row for `queue`, as HTML.
 fn queue_cells(body: &str, queue: &str) -> Vec<String> {
-    let marker = format!("<tr><td><a href=\"/jobs?queue={queue}\">{queue}</a></td>");
+    let marker = format!("<tr><td><a href=\"/queues/{queue}\">{queue}</a></td>");
     let Some(start) = body.find(&marker) else {
         panic!("no row for {queue}: {body}");
     };

@@ -68,7 +68,7 @@ async fn no_statement_pages_with_offset() {
             .filter(|l| !l.trim_start().starts_with("--"))
             .collect();
         assert!(!code.to_ascii_uppercase().contains("OFFSET"));
-        assert!(sql.contains("ORDER BY id"));
+        assert!(sql.contains("ORDER BY j.id"));
     }
 }
 
@@ -146,7 +146,7 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
             .join("\n")
             .replace("{schema}", &schema)
     };
-    let cases: [(&str, String); 4] = [
+    let cases: [(&str, String); 5] = [
         (
             "job_list_older",
             render(include_str!("../../queries/job_list_older.sql"))
@@ -156,7 +156,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$4::int8", "NULL::int8")
                 .replace("$5", "51")
                 .replace("$6::int8", &format!("{lo}::int8"))
-                .replace("$7::bool", "false::bool"),
+                .replace("$7::bool", "false::bool")
+                .replace("$8::text", "NULL::text"),
         ),
         (
             "job_list_newer",
@@ -167,7 +168,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$4::int8", &format!("{}::int8", lo - 5_000))
                 .replace("$5", "51")
                 .replace("$6::int8", &format!("{lo}::int8"))
-                .replace("$7::bool", "false::bool"),
+                .replace("$7::bool", "false::bool")
+                .replace("$8::text", "NULL::text"),
         ),
         (
             "job_count",
@@ -177,7 +179,8 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$3::text", "'k3'::text")
                 .replace("$4", "10000")
                 .replace("$5::int8", &format!("{lo}::int8"))
-                .replace("$6::bool", "false::bool"),
+                .replace("$6::bool", "false::bool")
+                .replace("$7::text", "NULL::text"),
         ),
         (
             "job_select_ids",
@@ -188,7 +191,16 @@ async fn budgeted_statements_read_a_primary_key_range_even_with_stale_statistics
                 .replace("$4::int8", &format!("{top}::int8"))
                 .replace("$5", "1000")
                 .replace("$6::int8", &format!("{lo}::int8"))
-                .replace("$7::bool", "false::bool"),
+                .replace("$7::bool", "false::bool")
+                .replace("$8::text", "NULL::text"),
+        ),
+        (
+            // The payload search: the newest N jobs by id, however rare the text is.
+            "job_search",
+            render(include_str!("../../queries/job_search.sql"))
+                .replace("$1::text", "'needle'::text")
+                .replace("$2::int8", &format!("{lo}::int8"))
+                .replace("$3", "51"),
         ),
     ];
     for (name, sql) in cases {

@@ -174,8 +174,11 @@ pub fn ids(body: &str) -> Vec<i64> {
         Some(i) => &body[i..],
         None => return out,
     };
-    for row in table.split("<tr><td><a href=\"").skip(1) {
-        let after = &row[row.find("\">").unwrap() + 2..];
+    let table = &table[..table.find("</table>").unwrap_or(table.len())];
+    // Each body row's first link is to its job (after the row's checkbox, if any).
+    for row in table.split("<tr>").skip(2) {
+        let link = &row[row.find("<a href=\"").unwrap()..];
+        let after = &link[link.find("\">").unwrap() + 2..];
         out.push(after[..after.find('<').unwrap()].parse().unwrap());
     }
     out

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use tokio_postgres::types::Type;
-use tokio_postgres::{Error as PgError, GenericClient};
+use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 use super::{Sql, Store};
 use crate::health::report::{Blocker, QueueHealth, TableHealth};
@@ -52,22 +52,23 @@ impl Store {
 
 async fn queues<C: GenericClient + Sync>(c: &C, sql: &Sql) -> Result<Vec<QueueHealth>, PgError> {
     let rows = c.query_typed(&sql.health_queues, &[]).await?;
-    rows.iter()
-        .map(|r| {
-            Ok(QueueHealth {
-                queue: r.try_get("queue")?,
-                queued: r.try_get("queued")?,
-                ready: r.try_get("ready")?,
-                running: r.try_get("running")?,
-                done: r.try_get("done")?,
-                failed: r.try_get("failed")?,
-                oldest_ready_age_s: r.try_get("oldest_ready_age_s")?,
-                finished_last_minute: r.try_get("finished_last_minute")?,
-                unserved: r.try_get("unserved")?,
-                paused: r.try_get("paused")?,
-            })
-        })
-        .collect()
+    rows.iter().map(queue_health).collect()
+}
+
+/// One row of `health_queues.sql` as a [`QueueHealth`].
+pub(super) fn queue_health(r: &Row) -> Result<QueueHealth, PgError> {
+    Ok(QueueHealth {
+        queue: r.try_get("queue")?,
+        queued: r.try_get("queued")?,
+        ready: r.try_get("ready")?,
+        running: r.try_get("running")?,
+        done: r.try_get("done")?,
+        failed: r.try_get("failed")?,
+        oldest_ready_age_s: r.try_get("oldest_ready_age_s")?,
+        finished_last_minute: r.try_get("finished_last_minute")?,
+        unserved: r.try_get("unserved")?,
+        paused: r.try_get("paused")?,
+    })
 }
 
 async fn table<C: GenericClient + Sync>(

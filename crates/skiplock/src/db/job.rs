@@ -516,6 +516,7 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
         unique_key: r.try_get("unique_key")?,
         unique_queued_only: r.try_get("unique_queued_only")?,
         has_children: r.try_get("has_children")?,
+        errors: crate::job::AttemptError::parse_history(r.try_get::<_, Option<&str>>("errors")?),
     })
 }
 

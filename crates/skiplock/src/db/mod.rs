@@ -22,6 +22,7 @@ pub(crate) mod sqlx;
 #[cfg(feature = "testing")]
 pub(crate) mod testing;
 pub(crate) mod unique;
+pub(crate) mod worker;
 pub(crate) mod write;
 
 use tokio_postgres::types::{ToSql, Type};
@@ -226,6 +227,12 @@ templates! {
     SchemaVersion => schema_version => "schema_version.sql", "`queries/schema_version.sql`: the highest applied migration.",
     SchemaRecord => schema_record => "schema_record.sql", "`queries/schema_record.sql`: record one applied migration.",
     SchemaDrop => schema_drop => "schema_drop.sql", "`queries/schema_drop.sql`: drop the schema and everything in it (scratch schemas).",
+    WorkerRegister => worker_register => "worker_register.sql", "`queries/worker_register.sql`: register a worker in `workers` (and delete the rows stopped or silent for a day); its id.",
+    WorkerSeen => worker_seen => "worker_seen.sql", "`queries/worker_seen.sql`: a worker's presence write: last seen now, with its running jobs.",
+    WorkerStop => worker_stop => "worker_stop.sql", "`queries/worker_stop.sql`: mark a worker stopped (a clean shutdown).",
+    WorkerList => worker_list => "worker_list.sql", "`queries/worker_list.sql`: the registered workers with their states ([`Client::workers`](crate::Client::workers)).",
+    QueueStatsWrite => queue_stats_write => "queue_stats_write.sql", "`queries/queue_stats_write.sql`: one round of the per-queue, per-minute rollup `queue_stats` (the gauges service), and its pruning after 25 hours.",
+    QueueStatsList => queue_stats_list => "queue_stats_list.sql", "`queries/queue_stats_list.sql`: the per-minute rollup since a time ([`Client::queue_stats`](crate::Client::queue_stats)).",
 }
 
 /// Whether the attempt part of the guards is rendered.

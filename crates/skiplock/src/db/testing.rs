@@ -48,6 +48,7 @@ struct RawRow {
     unique_key: Option<String>,
     unique_queued_only: bool,
     has_children: Option<bool>,
+    errors: Option<String>,
 }
 
 impl Store {
@@ -90,6 +91,7 @@ impl Store {
                     unique_key: r.unique_key,
                     unique_queued_only: r.unique_queued_only,
                     has_children: r.has_children,
+                    errors: crate::job::AttemptError::parse_history(r.errors.as_deref()),
                 })
             })
             .collect()
@@ -166,6 +168,7 @@ macro_rules! raw_row {
             unique_key: r.try_get("unique_key")?,
             unique_queued_only: r.try_get("unique_queued_only")?,
             has_children: r.try_get("has_children")?,
+            errors: r.try_get("errors")?,
         }
     }};
 }

@@ -15,6 +15,13 @@
 //! - A queue that disappears from the table (its jobs pruned) gets zeros, not its last counts;
 //!   the limit gauges are published for the queues with limits, and a queue whose limits are
 //!   lifted gets zeros.
+//! - Each round also writes the per-queue, per-minute rollup `queue_stats` (migration 14,
+//!   `queue_stats_write.sql`) from the same pass: the jobs that reached done and failed in
+//!   the current minute so far (the minute's row is overwritten by every round in it, so it
+//!   holds the latest exact count) and in the minute before (final once a round ran after
+//!   it ended), and the depths at the round (available, scheduled, running). Rows older than
+//!   25 hours are deleted in the same statement. Read with [`Client::queue_stats`]. A failed
+//!   write is logged and the gauges are still published.
 //! - In a worker, with the poll off, a round runs only when there was real work since the
 //!   last one, never on a bare timer (see [`Service::AFTER_WORK_ONLY`]): an idle worker sends
 //!   nothing, and the gauges keep the values read after the last work.
@@ -102,7 +109,15 @@ pub(crate) async fn run_once(
     if !lock.acquire(&**conn, store).await? {
         return Ok(GaugesReport::NotElected);
     }
-    let queues = store.health_queues(&**conn).await?;
+    let (queues, minute): (Vec<_>, Vec<_>) = store
+        .health_queues_rollup(&**conn)
+        .await?
+        .into_iter()
+        .unzip();
+    if let Err(e) = store.queue_stats_write(&**conn, &minute).await {
+        // The gauges are still published.
+        tracing::warn!(error = %crate::error::error_chain(&e), "writing the per-minute counts failed");
+    }
     let table = store.health_table(&**conn, client.schema().name()).await?;
     let blockers = store.health_blockers(&**conn, 0).await?;
     let states = store.queue_list(&**conn).await?;
@@ -164,6 +179,41 @@ pub(crate) async fn run_once(
         .map_or(0.0, |d| d.as_secs_f64());
     gauge!(m::GAUGES_UPDATED).set(now);
     Ok(GaugesReport::Published { queues: published })
+}
+
+/// One row of the per-queue, per-minute rollup ([`Client::queue_stats`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueMinute {
+    /// The queue.
+    pub queue: String,
+    /// The minute (its start, by the database's clock).
+    pub minute: SystemTime,
+    /// Jobs that reached `done` in this minute (still in the table when counted).
+    pub done: i64,
+    /// Jobs that reached `failed` in this minute.
+    pub failed: i64,
+    /// Jobs ready to run, at the minute's last round.
+    pub available: i64,
+    /// Queued jobs due later (retries waiting for their backoff included), at that round.
+    pub scheduled: i64,
+    /// Jobs running, at that round.
+    pub running: i64,
+}
+
+impl Client {
+    /// The per-queue, per-minute rollup since `since`, oldest first (the `queue_stats`
+    /// table, kept for 25 hours). Written by the gauges service (a worker's
+    /// [`WorkerConfig::metrics_gauges_interval`](crate::WorkerConfig::metrics_gauges_interval),
+    /// or [`publish_gauges`](crate::metrics::publish_gauges)): without one running, it stays
+    /// empty. A minute's done and failed counts are exact for the jobs that finished in it
+    /// once a round ran after the minute ended; until then they count those finished by the
+    /// last round.
+    pub async fn queue_stats(&self, since: SystemTime) -> Result<Vec<QueueMinute>> {
+        const OP: &str = "read the queues' per-minute counts";
+        let conn = self.conn(OP).await?;
+        self.store().queue_stats_list(&**conn, since).await
+    }
 }
 
 /// Sets a queue's limit gauges (0: no such limit) and why its last claim was bound.

@@ -83,6 +83,12 @@ pub struct WorkerConfig {
     /// after real work. The counters and histograms of [`crate::metrics`] are recorded
     /// whatever this says.
     pub metrics_gauges_interval: Option<Duration>,
+    /// How often the worker writes its presence to the `workers` table (default 10 s): when
+    /// it was last seen and how many jobs it runs. Readers show a worker gone once it has been
+    /// silent for this long plus as much again (at least 2 s), unless its poll is off: it
+    /// then writes only around real work (at most once per interval) and is shown sleeping
+    /// while silent.
+    pub presence_interval: Duration,
     /// A test seam: every queue's claim loop panics at its start.
     pub(crate) panic_in_claim_loop: bool,
 }
@@ -96,6 +102,8 @@ impl WorkerConfig {
     pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
     /// The default reaper interval.
     pub const DEFAULT_REAP_INTERVAL: Duration = ReaperConfig::DEFAULT_INTERVAL;
+    /// The default presence interval.
+    pub const DEFAULT_PRESENCE_INTERVAL: Duration = Duration::from_secs(10);
     /// The default shutdown timeout.
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
     /// The default prune interval.
@@ -148,6 +156,7 @@ impl WorkerConfig {
             || self.prune_interval.is_zero()
             || self.idle_connection_timeout == Some(Duration::ZERO)
             || self.metrics_gauges_interval == Some(Duration::ZERO)
+            || self.presence_interval.is_zero()
         {
             return Err(Error::invalid(
                 "worker",
@@ -161,6 +170,7 @@ impl WorkerConfig {
             ("prune interval", Some(self.prune_interval)),
             ("idle connection timeout", self.idle_connection_timeout),
             ("metrics gauges interval", self.metrics_gauges_interval),
+            ("presence interval", Some(self.presence_interval)),
         ];
         for (what, d) in longest {
             if d.is_some_and(|d| d > input::MAX_DELAY) {
@@ -233,6 +243,7 @@ impl Default for WorkerConfig {
             idle_connection_timeout: Some(Self::DEFAULT_IDLE_CONNECTION_TIMEOUT),
             vacuum_threshold: Some(Self::DEFAULT_VACUUM_THRESHOLD),
             metrics_gauges_interval: None,
+            presence_interval: Self::DEFAULT_PRESENCE_INTERVAL,
             panic_in_claim_loop: false,
         }
     }
@@ -316,6 +327,12 @@ impl WorkerBuilder {
     /// See [`WorkerConfig::idle_connection_timeout`]; `None` keeps idle connections open.
     pub fn idle_connection_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.cfg.idle_connection_timeout = timeout;
+        self
+    }
+
+    /// See [`WorkerConfig::presence_interval`].
+    pub fn presence_interval(mut self, every: Duration) -> Self {
+        self.cfg.presence_interval = every;
         self
     }
 

@@ -54,6 +54,13 @@ pub enum WorkerEvent {
     },
     /// The LISTEN connection is listening (after every connect and reconnect).
     Listening,
+    /// The worker registered its row in the `workers` table.
+    Registered {
+        /// The row's id.
+        id: i64,
+    },
+    /// A presence write (or the registration) failed; the next round tries again.
+    PresenceFailed,
 }
 
 /// How an attempt ended, as counted in [`RunStats`](crate::RunStats), in the outcome

@@ -20,6 +20,7 @@ mod listener;
 #[cfg(feature = "testing")]
 mod one;
 mod outbox;
+pub(crate) mod presence;
 mod producer;
 mod reply;
 pub(crate) mod state;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{WorkerBuilder, WorkerConfig};
 pub use events::{JobEnd, WorkerEvent};
+pub use presence::{WorkerRow, WorkerState};
 pub use state::{RunStats, StatsHandle};
 
 use crate::client::Client;
@@ -357,6 +359,9 @@ impl Worker {
         let mut completer = JoinSet::new();
         completer.spawn(completer::run(shared.clone(), finish_rx));
         services.spawn(heartbeat::run(shared.clone()));
+        // Its own set: at a clean stop it marks the worker stopped before the services end.
+        let mut presence = JoinSet::new();
+        presence.spawn(presence::run(shared.clone()));
         if mode == Mode::Serve {
             spawn_maintenance(&shared, &mut services);
             services.spawn(crate::maintenance::scheduler::run(shared.clone(), periodic));
@@ -467,6 +472,7 @@ impl Worker {
                  and the reaper will retry them"
             );
         }
+        let _ = tokio::time::timeout(HAND_BACK_GRACE, presence.join_next()).await;
         services.abort_all();
         while let Some(r) = services.join_next().await {
             if !matches!(&r, Err(e) if e.is_cancelled()) {

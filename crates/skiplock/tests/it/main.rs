@@ -19,6 +19,7 @@ mod pause;
 mod periodic;
 mod pgbouncer;
 mod plans;
+mod presence;
 mod privileges;
 mod runtime;
 mod support;

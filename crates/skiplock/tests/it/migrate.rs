@@ -102,7 +102,9 @@ async fn the_schema_has_the_article_table() {
             "output",
             "after",
             "waiting",
-            "has_children"
+            "has_children",
+            "errors",
+            "attempted_at"
         ]
     );
     let idx: String = conn
