@@ -453,6 +453,7 @@ impl Worker {
 
         // Every outcome is in the channel now: let the completer write them, then stop.
         shared.stop_services.cancel();
+        let services_stopped = tokio::time::Instant::now();
         let written = tokio::time::timeout(WRITE_AT_STOP, async {
             while let Some(r) = completer.join_next().await {
                 note_death(&mut died, r);
@@ -472,7 +473,9 @@ impl Worker {
                  and the reaper will retry them"
             );
         }
-        let _ = tokio::time::timeout(HAND_BACK_GRACE, presence.join_next()).await;
+        // Marking the worker stopped runs beside the last writes, within their time.
+        let _ =
+            tokio::time::timeout_at(services_stopped + WRITE_AT_STOP, presence.join_next()).await;
         services.abort_all();
         while let Some(r) = services.join_next().await {
             if !matches!(&r, Err(e) if e.is_cancelled()) {
