@@ -504,23 +504,6 @@ fn tuples_line(lines: &[String]) -> (i64, i64) {
     (num_before("removed"), num_before("not yet removable"))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn parses_vacuum_verbose() {
-        let lines = vec![
-            "finished vacuuming \"postgres.s.jobs\": index scans: 0".to_owned(),
-            "tuples: 0 removed, 11992 remain, 2000 are dead but not yet removable".to_owned(),
-        ];
-        assert_eq!(super::tuples_line(&lines), (0, 2000));
-        let lines = vec![
-            "tuples: 2001 removed, 8542 remain, 0 are dead but not yet removable, oldest xmin: 1"
-                .to_owned(),
-        ];
-        assert_eq!(super::tuples_line(&lines), (2001, 0));
-    }
-}
-
 /// A connection of the lab's own, outside any pool, whose notices (the report of `VACUUM
 /// (VERBOSE)`) arrive on the receiver, in order. Plain TCP or a Unix socket: the lab runs on
 /// a scratch database, and a URL that requires TLS is refused with a one-line error.
@@ -553,4 +536,21 @@ async fn connect_with_notices(
         }
     });
     Ok((client, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_vacuum_verbose() {
+        let lines = vec![
+            "finished vacuuming \"postgres.s.jobs\": index scans: 0".to_owned(),
+            "tuples: 0 removed, 11992 remain, 2000 are dead but not yet removable".to_owned(),
+        ];
+        assert_eq!(super::tuples_line(&lines), (0, 2000));
+        let lines = vec![
+            "tuples: 2001 removed, 8542 remain, 0 are dead but not yet removable, oldest xmin: 1"
+                .to_owned(),
+        ];
+        assert_eq!(super::tuples_line(&lines), (2001, 0));
+    }
 }

@@ -270,6 +270,7 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
             created_at: time(Some(j.created_at)),
             locked_until: j.locked_until.map(|t| time(Some(t))),
             finished_at: j.finished_at.map(|t| time(Some(t))),
+            attempted_at: j.attempted_at.map(|t| time(Some(t))),
             last_error: j.last_error.as_deref(),
             errors: j.errors.iter().map(error_json).collect(),
             schedule: j.schedule.as_deref(),
@@ -302,6 +303,7 @@ pub async fn show(target: &Target, args: ShowArgs) -> anyhow::Result<()> {
         outln!("created_at   {}", time(Some(j.created_at)));
         outln!("locked_until {}", time(j.locked_until));
         outln!("finished_at  {}", time(j.finished_at));
+        outln!("attempted_at {}", time(j.attempted_at));
         outln!("last_error   {}", j.last_error.as_deref().unwrap_or("-"));
         print_errors(&j.errors);
         outln!("schedule     {}", j.schedule.as_deref().unwrap_or("-"));
@@ -419,6 +421,7 @@ struct ShowJson<'a> {
     created_at: String,
     locked_until: Option<String>,
     finished_at: Option<String>,
+    attempted_at: Option<String>,
     last_error: Option<&'a str>,
     /// The last 20 failed attempts, oldest first.
     errors: Vec<serde_json::Value>,

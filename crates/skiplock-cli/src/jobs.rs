@@ -213,6 +213,8 @@ struct Listed {
     has_children: Option<bool>,
     unique_key: Option<String>,
     unique_queued_only: bool,
+    attempted_at: Option<SystemTime>,
+    errors: Option<String>,
 }
 
 impl Listed {
@@ -242,6 +244,8 @@ impl Listed {
             has_children: r.try_get("has_children")?,
             unique_key: r.try_get("unique_key")?,
             unique_queued_only: r.try_get("unique_queued_only")?,
+            attempted_at: r.try_get("attempted_at")?,
+            errors: r.try_get("errors")?,
         })
     }
 
@@ -256,6 +260,7 @@ impl Listed {
             })
         };
         let output = self.output.as_deref().map(raw).transpose()?;
+        let errors = self.errors.as_deref().map(raw).transpose()?;
         let payload = raw(&self.payload)?;
         serde_json::to_string(&ListedJson {
             id: self.id,
@@ -267,6 +272,7 @@ impl Listed {
             max_attempts: self.max_attempts,
             run_at: time(Some(self.run_at)),
             finished_at: self.finished_at.map(|t| time(Some(t))),
+            attempted_at: self.attempted_at.map(|t| time(Some(t))),
             last_error: self.last_error.as_deref(),
             priority: self.priority,
             created_at: time(Some(self.created_at)),
@@ -281,6 +287,7 @@ impl Listed {
             unique_key: self.unique_key.as_deref(),
             unique_queued_only: self.unique_queued_only,
             output: output.as_deref(),
+            errors: errors.as_deref(),
             payload: &payload,
         })
     }
@@ -306,6 +313,7 @@ struct ListedJson<'a> {
     max_attempts: i32,
     run_at: String,
     finished_at: Option<String>,
+    attempted_at: Option<String>,
     last_error: Option<&'a str>,
     priority: i16,
     created_at: String,
@@ -320,6 +328,8 @@ struct ListedJson<'a> {
     unique_key: Option<&'a str>,
     unique_queued_only: bool,
     output: Option<&'a serde_json::value::RawValue>,
+    /// The last 20 failed attempts, oldest first, as stored (null for none).
+    errors: Option<&'a serde_json::value::RawValue>,
     payload: &'a serde_json::value::RawValue,
 }
 

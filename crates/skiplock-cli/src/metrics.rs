@@ -44,9 +44,10 @@ pub struct MetricsArgs {
     /// 0 picks a free one, printed at start). No authentication.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
-    /// With --metrics-addr: how often the database-derived gauges (jobs per queue and state,
-    /// oldest ready age, dead tuples, oldest transaction holding back vacuum) are read, by
-    /// one process at a time, or `off`.
+    /// With --metrics-addr (and always for `serve`, whose charts draw the per-minute rollup
+    /// the same round writes): how often the database-derived gauges (jobs per queue and
+    /// state, oldest ready age, dead tuples, oldest transaction holding back vacuum) are
+    /// read, by one process at a time, or `off`.
     #[arg(long, value_name = "D|off", value_parser = parse_every, default_value = "15s")]
     metrics_gauges_interval: Every,
 }
@@ -55,6 +56,12 @@ impl MetricsArgs {
     /// The gauges interval, when metrics are served.
     pub fn gauges_interval(&self) -> Option<Duration> {
         self.metrics_addr.and(self.metrics_gauges_interval.0)
+    }
+
+    /// The gauges interval whether or not metrics are served (`off` turns it off): the
+    /// dashboard's process runs the gauges service for the per-minute rollup its charts draw.
+    pub fn rollup_interval(&self) -> Option<Duration> {
+        self.metrics_gauges_interval.0
     }
 
     /// With --metrics-addr: installs the recorder and serves /metrics until the process

@@ -127,7 +127,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         .await
         .map_err(|e| schema_hint(e, &target.schema))?;
     args.metrics.start().await?;
-    if let Some(every) = args.metrics.gauges_interval() {
+    // The dashboard's charts draw the per-minute rollup the gauges round writes: run it here
+    // even without --metrics-addr (one process at a time across serves and workers).
+    if let Some(every) = args.metrics.rollup_interval() {
         let client = client.clone();
         tokio::spawn(async move {
             skiplock::metrics::publish_gauges(&client, every, std::future::pending()).await

@@ -443,10 +443,11 @@ async fn show_prints_every_column() {
          INSERT INTO {s}.jobs (queue, kind, payload, status, run_at, attempts, max_attempts,
                                locked_until, last_error, created_at, priority, finished_at,
                                unique_key, unique_queued_only, schedule, key, sequence, held,
-                               output, after, waiting, has_children)
+                               output, after, waiting, has_children, attempted_at, errors)
          VALUES ('mail', 'send', '{\"n\": 1}', 'failed', now(), 2, 3, now(), 'boom', now(), 4,
                  now(), 'k1', true, 'nightly', 'tenant-1', 'seq-1', 'after', '{\"ok\": 1}',
-                 '{1}', 1, true);",
+                 '{1}', 1, true, now(),
+                 jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(), 'error', 'boom', 'ran_ms', 5)));",
     )
     .await;
     let columns = columns(&db).await;

@@ -824,8 +824,9 @@ fn charts(queue: &str, stats: &[tokio_postgres::Row], now: f64) -> String {
     let mut s = String::from("<h2>Last hour</h2>");
     if stats.is_empty() {
         s.push_str(
-            "<p class=\"empty\" id=\"no-samples\">No samples: the rollup is written by a \
-             running worker's elected gauges service, once a minute.</p>",
+            "<p class=\"empty\" id=\"no-samples\">No samples: the rollup is written by the \
+             elected gauges service of <code>skiplock serve</code>, or of a worker with its \
+             metrics gauges on (<code>skiplock work --metrics-addr</code>).</p>",
         );
         return s;
     }
@@ -880,8 +881,8 @@ fn charts(queue: &str, stats: &[tokio_postgres::Row], now: f64) -> String {
     ));
     s.push_str(&format!(
         "</figure></div><p class=\"note\">{} of the last 60 minutes sampled; a minute with no \
-         sample is a gap, not a zero. Written once a minute by a running worker's elected \
-         gauges service.</p>",
+         sample is a gap, not a zero. Written by the elected gauges service of \
+         <code>skiplock serve</code> or of a worker with its metrics gauges on.</p>",
         stats.len()
     ));
     s

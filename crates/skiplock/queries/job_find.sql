@@ -13,6 +13,7 @@ SELECT id, queue, kind, payload::text AS payload, status, priority,
        last_error,
        floor(extract(epoch FROM created_at) * 1000000)::int8 AS created_at_us,
        floor(extract(epoch FROM finished_at) * 1000000)::int8 AS finished_at_us,
+       floor(extract(epoch FROM attempted_at) * 1000000)::int8 AS attempted_at_us,
        schedule, key, sequence, held, output::text AS output, after, waiting,
        unique_key, unique_queued_only, has_children,
        errors::text AS errors

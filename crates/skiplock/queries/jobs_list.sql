@@ -16,7 +16,8 @@
 SELECT j.id, j.queue, j.kind, j.payload::text AS payload, j.status, s.state, j.priority,
        j.run_at, j.attempts, j.max_attempts, j.locked_until, j.last_error, j.created_at,
        j.finished_at, j.schedule, j.key, j.sequence, j.held, j.output::text AS output,
-       j.after, j.waiting, j.has_children, j.unique_key, j.unique_queued_only
+       j.after, j.waiting, j.has_children, j.unique_key, j.unique_queued_only,
+       j.attempted_at, j.errors::text AS errors
 FROM {schema}.jobs j
 CROSS JOIN LATERAL (
   SELECT CASE

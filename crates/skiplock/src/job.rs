@@ -475,6 +475,9 @@ pub struct JobRow {
     pub created_at: SystemTime,
     /// `finished_at`
     pub finished_at: Option<SystemTime>,
+    /// `attempted_at`: when the current (or last) attempt was claimed; `None` for a job never
+    /// claimed, or last claimed before migration 14.
+    pub attempted_at: Option<SystemTime>,
     /// `schedule`: the periodic schedule that enqueued the job (its `run_at` is then the fire
     /// time), `None` for every other job.
     pub schedule: Option<String>,

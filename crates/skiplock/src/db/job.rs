@@ -501,6 +501,7 @@ fn job_row(r: &Row, state: JobState) -> Result<JobRow, PgError> {
         last_error: r.try_get("last_error")?,
         created_at: r.try_get("created_at")?,
         finished_at: r.try_get("finished_at")?,
+        attempted_at: r.try_get("attempted_at")?,
         schedule: r.try_get("schedule")?,
         key: r.try_get("key")?,
         sequence: r.try_get("sequence")?,

@@ -66,7 +66,7 @@ async fn a_worker_registers_at_start_and_is_marked_stopped_at_shutdown() {
     .presence_interval(Duration::from_millis(200))
     .build()
     .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let started = std::time::Instant::now();
     let (stop, handle) = spawn_worker(worker);
     let id = registered(&mut events, Duration::from_secs(5)).await;
@@ -115,7 +115,7 @@ async fn a_polling_worker_that_dies_is_shown_gone_after_its_interval() {
     .presence_interval(Duration::from_millis(300))
     .build()
     .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (_stop, handle) = spawn_worker(worker);
     let id = registered(&mut events, Duration::from_secs(5)).await;
     // Longer than the interval plus the grace (0.3 s + 2 s): still running.
@@ -151,7 +151,7 @@ async fn a_poll_off_worker_writes_nothing_while_idle_and_is_shown_sleeping() {
     .presence_interval(Duration::from_millis(200))
     .build()
     .unwrap();
-    let mut events = worker.events();
+    let mut events = worker.subscribe();
     let (stop, handle) = spawn_worker(worker);
     let id = registered(&mut events, Duration::from_secs(5)).await;
     assert!(row(&b, id).await.poll_off);
