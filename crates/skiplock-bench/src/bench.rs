@@ -1084,13 +1084,13 @@ impl FlowShape {
         if self.jobs() == 0 {
             return Err(Error::invalid("workflow shape", "it has no job"));
         }
-        if !matches!(self, FlowShape::Plain { .. }) && self.jobs() > skiplock::MAX_WORKFLOW_JOBS {
+        if !matches!(self, FlowShape::Plain { .. }) && self.jobs() > skiplock::Workflow::MAX_JOBS {
             return Err(Error::invalid(
                 "workflow shape",
                 format!(
                     "{} jobs; one workflow holds at most {}",
                     self.jobs(),
-                    skiplock::MAX_WORKFLOW_JOBS
+                    skiplock::Workflow::MAX_JOBS
                 ),
             ));
         }

@@ -76,7 +76,7 @@ impl Target {
         // new user can start with any command); any other schema must exist already, so that
         // a typo in --schema creates nothing. `migrate` alone creates a schema.
         if embedded && auto_migrate {
-            if self.schema == skiplock::DEFAULT_SCHEMA {
+            if self.schema == skiplock::Schema::DEFAULT {
                 client.migrate().await?;
             } else if !client.is_migrated().await? {
                 return Err(missing_schema(&self.schema));

@@ -149,7 +149,7 @@ fn start_workers(
             .application_name(format!("skiplock-demo-{w}"))
             .build()?;
         let worker = Worker::builder(client, registry(record.clone()))
-            .queue(skiplock::DEFAULT_QUEUE, 8)
+            .queue(skiplock::NewJob::DEFAULT_QUEUE, 8)
             .lease(LEASE)
             .heartbeat_interval(LEASE / 3)
             .reap_interval(Duration::from_millis(500))

@@ -22,10 +22,10 @@ const BATCH: usize = 5_000;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Queue.
-    #[arg(long, default_value = skiplock::DEFAULT_QUEUE)]
+    #[arg(long, default_value = skiplock::NewJob::DEFAULT_QUEUE)]
     queue: String,
     /// Job kind (which handler runs it).
-    #[arg(long, default_value = skiplock::DEFAULT_KIND)]
+    #[arg(long, default_value = skiplock::NewJob::DEFAULT_KIND)]
     kind: String,
     /// Priority; lower runs first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -37,7 +37,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_rfc3339)]
     run_at: Option<SystemTime>,
     /// Attempts before the job is failed for good (1 to 10,000).
-    #[arg(long, default_value_t = skiplock::DEFAULT_MAX_ATTEMPTS, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = skiplock::NewJob::DEFAULT_MAX_ATTEMPTS, allow_negative_numbers = true)]
     max_attempts: i32,
     /// Print the ids as JSON (with a uniqueness rule: one line per job, saying whether it
     /// was inserted or was a duplicate, and the id).

@@ -48,7 +48,7 @@ struct Cli {
 
     /// Schema holding the queue's tables. Only `migrate` creates one (on the embedded
     /// database, the default schema migrates itself on first use).
-    #[arg(long, global = true, default_value = skiplock::DEFAULT_SCHEMA)]
+    #[arg(long, global = true, default_value = skiplock::Schema::DEFAULT)]
     schema: String,
 
     /// Do not send statement, lock and idle-in-transaction timeouts at connect (a pooler

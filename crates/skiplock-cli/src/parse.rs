@@ -83,15 +83,15 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
-/// The largest limit (`skiplock::MAX_LIMIT`), as a signed number for range checks.
-const MAX_LIMIT: i64 = skiplock::MAX_LIMIT as i64;
+/// The largest limit (`skiplock::QueueLimits::MAX_LIMIT`), as a signed number for range checks.
+const MAX_LIMIT: i64 = skiplock::QueueLimits::MAX_LIMIT as i64;
 
-/// The rate period's bounds (`skiplock::MIN_RATE_PERIOD`, `skiplock::MAX_RATE_PERIOD`), as
+/// The rate period's bounds (`skiplock::QueueLimits::MIN_RATE_PERIOD`, `skiplock::QueueLimits::MAX_RATE_PERIOD`), as
 /// [`within`] takes them: in milliseconds and in seconds.
 const MIN_RATE_PERIOD_MS: u64 = 1;
 const MAX_RATE_PERIOD_S: u64 = 86_400;
 
-/// A count from 1 to `skiplock::MAX_LIMIT`.
+/// A count from 1 to `skiplock::QueueLimits::MAX_LIMIT`.
 fn limit(s: &str) -> Result<u32, String> {
     let t = s.trim();
     let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
@@ -105,7 +105,7 @@ fn limit(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is outside 1..={MAX_LIMIT}"))
 }
 
-/// A queue's concurrency or per-key limit: 1 to `skiplock::MAX_LIMIT`, or `off` (no such
+/// A queue's concurrency or per-key limit: 1 to `skiplock::QueueLimits::MAX_LIMIT`, or `off` (no such
 /// limit: `Ok(None)`).
 pub fn limit_or_off(s: &str) -> Result<Option<u32>, String> {
     if s.trim() == "off" {
@@ -117,7 +117,7 @@ pub fn limit_or_off(s: &str) -> Result<Option<u32>, String> {
 }
 
 /// A queue's rate limit, `N/DURATION` (at most N starts in any interval of DURATION: N from
-/// 1 to `skiplock::MAX_LIMIT`, DURATION from 1 ms to 1 day, in whole microseconds), or `off`
+/// 1 to `skiplock::QueueLimits::MAX_LIMIT`, DURATION from 1 ms to 1 day, in whole microseconds), or `off`
 /// (no rate limit: `Ok(None)`).
 pub fn rate_or_off(s: &str) -> Result<Option<(u32, Duration)>, String> {
     let t = s.trim();
@@ -202,14 +202,14 @@ mod tests {
 
     #[test]
     fn limits_follow_the_library() {
-        assert_eq!(MAX_LIMIT, i64::from(skiplock::MAX_LIMIT));
+        assert_eq!(MAX_LIMIT, i64::from(skiplock::QueueLimits::MAX_LIMIT));
         assert_eq!(
             Duration::from_millis(MIN_RATE_PERIOD_MS),
-            skiplock::MIN_RATE_PERIOD
+            skiplock::QueueLimits::MIN_RATE_PERIOD
         );
         assert_eq!(
             Duration::from_secs(MAX_RATE_PERIOD_S),
-            skiplock::MAX_RATE_PERIOD
+            skiplock::QueueLimits::MAX_RATE_PERIOD
         );
         assert_eq!(limit_or_off("off"), Ok(None));
         assert_eq!(limit_or_off("1"), Ok(Some(1)));

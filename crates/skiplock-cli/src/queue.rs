@@ -70,7 +70,7 @@ enum Action {
               allow_negative_numbers = true,
               help = text!(format!(
                   "At most N jobs of the queue running at once (1 to {}), or off",
-                  skiplock::MAX_LIMIT
+                  skiplock::QueueLimits::MAX_LIMIT
               )))]
         concurrency: Option<Limit>,
         #[arg(long, value_name = "N|off", value_parser = parse_limit, group = "change",
@@ -78,7 +78,7 @@ enum Action {
               help = text!(format!(
                   "At most N running jobs of one key (1 to {}), or off. Jobs without a key \
                    are not subject to it",
-                  skiplock::MAX_LIMIT
+                  skiplock::QueueLimits::MAX_LIMIT
               )))]
         per_key: Option<Limit>,
         #[arg(long, value_name = "N/DURATION|off", value_parser = parse_rate, group = "change",
@@ -86,9 +86,9 @@ enum Action {
               help = text!(format!(
                   "At most N starts in any interval of DURATION (N 1 to {}, DURATION {} to \
                    {}: 100/1s, 5/250ms, 1000/1h), or off",
-                  skiplock::MAX_LIMIT,
-                  period_text(skiplock::MIN_RATE_PERIOD),
-                  period_text(skiplock::MAX_RATE_PERIOD)
+                  skiplock::QueueLimits::MAX_LIMIT,
+                  period_text(skiplock::QueueLimits::MIN_RATE_PERIOD),
+                  period_text(skiplock::QueueLimits::MAX_RATE_PERIOD)
               )))]
         rate: Option<RateArg>,
         /// Who sets them, and why, recorded for operators (default: the user and host

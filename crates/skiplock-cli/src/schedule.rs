@@ -44,10 +44,10 @@ pub struct AddArgs {
     #[arg(long = "tz", default_value = skiplock::periodic::DEFAULT_TIME_ZONE)]
     time_zone: String,
     /// Queue of each fire's job.
-    #[arg(long, default_value = skiplock::DEFAULT_QUEUE)]
+    #[arg(long, default_value = skiplock::NewJob::DEFAULT_QUEUE)]
     queue: String,
     /// Kind of each fire's job (which handler runs it).
-    #[arg(long, default_value = skiplock::DEFAULT_KIND)]
+    #[arg(long, default_value = skiplock::NewJob::DEFAULT_KIND)]
     kind: String,
     #[arg(long, value_name = "skip|latest|catch-up=N", value_parser = parse_missed,
           default_value_t = Missed::default(),
@@ -63,7 +63,7 @@ pub struct AddArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i16,
     /// Attempts of each fire's job before it is failed for good (1 to 10,000).
-    #[arg(long, default_value_t = skiplock::DEFAULT_MAX_ATTEMPTS, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = skiplock::NewJob::DEFAULT_MAX_ATTEMPTS, allow_negative_numbers = true)]
     max_attempts: i32,
     /// Print the result as JSON.
     #[arg(long)]

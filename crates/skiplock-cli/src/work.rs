@@ -83,7 +83,7 @@ pub struct Args {
               "A queue to serve, as QUEUE or QUEUE=CONCURRENCY (default concurrency \
                {DEFAULT_CONCURRENCY}). Repeat for several queues; default: \
                {}={DEFAULT_CONCURRENCY}",
-              skiplock::DEFAULT_QUEUE
+              skiplock::NewJob::DEFAULT_QUEUE
           )))]
     queues: Vec<QueueArg>,
     /// Process what is ready, then exit 0 (for a scheduled worker). Stopped by SIGINT or
@@ -194,7 +194,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     };
     let queues = if args.queues.is_empty() {
         vec![QueueArg(
-            skiplock::DEFAULT_QUEUE.to_owned(),
+            skiplock::NewJob::DEFAULT_QUEUE.to_owned(),
             DEFAULT_CONCURRENCY,
         )]
     } else {

@@ -84,11 +84,11 @@ impl Plan {
         if lines.is_empty() {
             return Err("the workflow holds no job lines".to_owned());
         }
-        if lines.len() > skiplock::MAX_WORKFLOW_JOBS {
+        if lines.len() > skiplock::Workflow::MAX_JOBS {
             return Err(format!(
                 "the workflow holds {} jobs; at most {} in one workflow",
                 lines.len(),
-                skiplock::MAX_WORKFLOW_JOBS
+                skiplock::Workflow::MAX_JOBS
             ));
         }
         // Refs: each names one line.

@@ -63,6 +63,8 @@ impl NewJob {
     pub const DEFAULT_QUEUE: &'static str = DEFAULT_QUEUE;
     /// Attempts before `failed` unless told otherwise: 5.
     pub const DEFAULT_MAX_ATTEMPTS: i32 = DEFAULT_MAX_ATTEMPTS;
+    /// The kind a job stored without one gets (the column's default): `default`.
+    pub const DEFAULT_KIND: &'static str = DEFAULT_KIND;
     /// The most attempts a job may be given.
     pub const MAX_ATTEMPTS: i32 = crate::input::MAX_ATTEMPTS_LIMIT;
     /// The longest queue or kind name, in bytes.

@@ -171,7 +171,7 @@ mod tests {
             ),
             (
                 Scenario::Workflow,
-                with(|o| o.jobs = Some(skiplock::MAX_WORKFLOW_JOBS + 1)),
+                with(|o| o.jobs = Some(skiplock::Workflow::MAX_JOBS + 1)),
                 "--jobs must be at most 100000 for the workflow scenario (one workflow's limit)",
             ),
         ] {

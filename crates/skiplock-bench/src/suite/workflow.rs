@@ -36,10 +36,10 @@ pub(super) fn check(o: &Options) -> Result<()> {
             "--jobs must be at least {least} for the workflow scenario"
         )));
     }
-    if jobs > skiplock::MAX_WORKFLOW_JOBS {
+    if jobs > skiplock::Workflow::MAX_JOBS {
         return Err(Error::refused(format!(
             "--jobs must be at most {} for the workflow scenario (one workflow's limit)",
-            skiplock::MAX_WORKFLOW_JOBS
+            skiplock::Workflow::MAX_JOBS
         )));
     }
     Ok(())

@@ -27,10 +27,7 @@ pub(crate) use builder::harden;
 #[allow(deprecated)]
 pub use builder::DEFAULT_LEASE;
 use builder::{build_pool, Source};
-pub use builder::{
-    ClientBuilder, ServerTimeouts, CONNECT_TIMEOUT, DEFAULT_APPLICATION_NAME, DEFAULT_POOL_SIZE,
-    DEFAULT_POOL_WAIT_TIMEOUT, KEEPALIVE_IDLE,
-};
+pub use builder::{ClientBuilder, ServerTimeouts, DEFAULT_POOL_SIZE, DEFAULT_POOL_WAIT_TIMEOUT};
 
 /// The queue's lifecycle calls: enqueue, claim, complete, fail, extend, reap.
 ///

@@ -18,7 +18,7 @@ use crate::input;
 pub(crate) mod limits;
 pub(crate) mod state;
 
-pub use limits::{QueueLimits, Rate, MAX_LIMIT, MAX_RATE_PERIOD, MIN_RATE_PERIOD};
+pub use limits::{QueueLimits, Rate};
 
 use state::time;
 pub use state::QueueState;

@@ -22,9 +22,7 @@ use crate::job::{EncodedBatch, EncodedJob, JobId, NewJob, MAX_BATCH_BYTES};
 pub(crate) mod rule;
 
 use rule::By;
-pub use rule::{
-    Enqueued, OnConflict, Unique, MAX_UNIQUE_FIELDS, MAX_UNIQUE_KEY_LEN, MIN_UNIQUE_PERIOD,
-};
+pub use rule::{Enqueued, OnConflict, Unique};
 
 /// How many times an enqueue tries again when the duplicate that made it skip had finished
 /// before it could be looked up.

@@ -267,3 +267,25 @@ async fn subscribers_see_each_outcome_and_stats_count_snoozes_apart_from_hand_ba
     let row = b.client.get(discarded).await.unwrap().unwrap();
     assert_eq!((row.state, row.attempts), (JobState::Failed, 1));
 }
+
+/// The names renamed before 1.0 still compile, as deprecated aliases of the new ones
+/// (CHANGELOG.md).
+#[test]
+#[allow(deprecated)]
+fn the_old_names_are_deprecated_aliases_of_the_new() {
+    use skiplock::{Client, QueueLimits, Schema, Unique, Workflow};
+    assert_eq!(skiplock::DEFAULT_SCHEMA, Schema::DEFAULT);
+    assert_eq!(skiplock::MAX_SCHEMA_LEN, Schema::MAX_LEN);
+    assert_eq!(skiplock::DEFAULT_QUEUE, NewJob::DEFAULT_QUEUE);
+    assert_eq!(skiplock::DEFAULT_MAX_ATTEMPTS, NewJob::DEFAULT_MAX_ATTEMPTS);
+    assert_eq!(skiplock::DEFAULT_POOL_SIZE, Client::DEFAULT_POOL_SIZE);
+    assert_eq!(skiplock::MAX_LIMIT, QueueLimits::MAX_LIMIT);
+    assert_eq!(skiplock::MAX_UNIQUE_KEY_LEN, Unique::MAX_KEY_LEN);
+    assert_eq!(skiplock::MAX_WORKFLOW_JOBS, Workflow::MAX_JOBS);
+    assert!(matches!(
+        JobError::permanent("x"),
+        JobError::Discard(e) if e.to_string() == "x"
+    ));
+    let stats = skiplock::RunStats::default();
+    assert_eq!(stats.requeued, stats.snoozed + stats.handed_back);
+}

@@ -29,7 +29,10 @@ async fn a_starved_caller_gets_a_pool_error_after_the_wait_timeout() {
     client.enqueue(&NewJob::new("k", &1)).await.unwrap();
 
     // The default is 30 s; zero is refused, None waits for ever.
-    assert_eq!(skiplock::DEFAULT_POOL_WAIT_TIMEOUT, Duration::from_secs(30));
+    assert_eq!(
+        skiplock::Client::DEFAULT_POOL_WAIT_TIMEOUT,
+        Duration::from_secs(30)
+    );
     let e = Client::builder(b.db.url())
         .pool_wait_timeout(Some(Duration::ZERO))
         .build()
