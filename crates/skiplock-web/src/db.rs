@@ -1,9 +1,9 @@
 //! The only user of `queries/`: every statement the dashboard sends, rendered once per schema,
 //! and the transaction each page reads in (read only, with a statement timeout).
 //!
-//! Each file in `queries/` is one statement. `{schema}` in a file is replaced by the
-//! validated, quoted schema name ([`skiplock::Schema::quoted`]); full-line `--` comments are
-//! dropped. Parameters are always bound, never spliced. Statements go out unnamed
+//! Each file in `queries/` is one statement, rendered by the library's
+//! [`skiplock::Schema::render`]: `{schema}` becomes the validated, quoted schema name, and
+//! full-line `--` comments are dropped. Parameters are always bound, never spliced. Statements go out unnamed
 //! (`query_typed`), so the dashboard works through PgBouncer in transaction mode.
 //!
 //! Pages call one typed method of [`Sql`] per statement (`sql.job_get(&tx, id, chars)`):
@@ -29,7 +29,7 @@ macro_rules! statements {
         impl Sql {
             pub(crate) fn new(schema: &Schema) -> Self {
                 Sql {
-                    $($field: render(include_str!(concat!("../queries/", $file)), schema),)*
+                    $($field: schema.render(include_str!(concat!("../queries/", $file))),)*
                 }
             }
         }
@@ -69,19 +69,6 @@ statements! {
     worker_list => "worker_list.sql",
     health_table => "health_table.sql",
     health_notify => "health_notify.sql",
-}
-
-/// Fills in the schema and drops full-line comments and blank lines.
-fn render(template: &str, schema: &Schema) -> String {
-    template
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            !(t.is_empty() || t.starts_with("--"))
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("{schema}", schema.quoted())
 }
 
 /// Why a page could not be read or an action not done.
