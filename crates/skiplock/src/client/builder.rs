@@ -204,7 +204,7 @@ impl ClientBuilder {
     }
 
     /// How long a call waits for a pooled connection when all of them are in use before it
-    /// fails with [`Error::Pool`] (default [`DEFAULT_POOL_WAIT_TIMEOUT`], 30 s; `None` waits
+    /// fails with [`Error::Pool`] (default [`Client::DEFAULT_POOL_WAIT_TIMEOUT`], 30 s; `None` waits
     /// forever). Ignored for a pool given with [`Client::from_pool`] (set it on that pool).
     pub fn pool_wait_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.pool_wait_timeout = timeout;

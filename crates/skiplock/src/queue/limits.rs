@@ -49,9 +49,9 @@ impl QueueLimits {
 /// At most `limit` starts in any interval of `period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
-    /// Starts allowed per period (1 to [`MAX_LIMIT`]).
+    /// Starts allowed per period (1 to [`QueueLimits::MAX_LIMIT`]).
     pub limit: u32,
-    /// The window ([`MIN_RATE_PERIOD`] to [`MAX_RATE_PERIOD`], in whole microseconds).
+    /// The window ([`QueueLimits::MIN_RATE_PERIOD`] to [`QueueLimits::MAX_RATE_PERIOD`], in whole microseconds).
     pub period: Duration,
 }
 

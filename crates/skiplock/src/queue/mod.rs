@@ -55,7 +55,7 @@ impl Client {
     /// statement), until [`Client::resume_queue`]. Jobs already running finish, and their
     /// outcomes are written as usual; jobs enqueued meanwhile wait. A worker started while
     /// the queue is paused claims nothing from it. `by` is recorded for operators (who paused
-    /// it, and why; at most [`MAX_PAUSED_BY_LEN`] bytes).
+    /// it, and why; at most [`QueuePause::MAX_BY_LEN`] bytes).
     ///
     /// Pausing a paused queue changes nothing ([`QueuePause::changed`] is false). The pause
     /// lives in the database, not in a process: a worker that restarts does not resume it,
