@@ -29,16 +29,16 @@ use tokio_postgres::types::Type;
 use crate::db::{self, Statement};
 use crate::error::{Error, Result};
 
-const QUEUE: &str = "bench";
-const LEASE_US: i64 = 300_000_000;
+pub(crate) const QUEUE: &str = "bench";
+pub(crate) const LEASE_US: i64 = 300_000_000;
 
 /// A scratch schema, migrated, dropped by [`Scratch::drop_now`].
-struct Scratch {
-    client: Client,
+pub(crate) struct Scratch {
+    pub(crate) client: Client,
 }
 
 impl Scratch {
-    async fn new(url: &str, base: &str, tag: &str, pool: usize) -> Result<Self> {
+    pub(crate) async fn new(url: &str, base: &str, tag: &str, pool: usize) -> Result<Self> {
         let name = format!("{base}_bench_{tag}_{}", std::process::id());
         Schema::new(&name)?;
         let client = Client::builder(url)
@@ -51,7 +51,7 @@ impl Scratch {
         Ok(Scratch { client })
     }
 
-    async fn fill(&self, jobs: usize) -> Result<()> {
+    pub(crate) async fn fill(&self, jobs: usize) -> Result<()> {
         self.fill_keyed(jobs, 0).await
     }
 
@@ -72,6 +72,22 @@ impl Scratch {
             self.client.enqueue_many(chunk).await?;
         }
         self.vacuum().await
+    }
+
+    /// Jobs done and jobs still running.
+    pub(crate) async fn status_counts(&self) -> Result<(usize, usize)> {
+        const OP: &str = "count the bench table's done and running jobs";
+        let conn = conn(&self.client, OP).await?;
+        let row = conn
+            .query_one(&self.sql(Statement::BenchStatusCounts), &[])
+            .await
+            .map_err(Error::db(OP))?;
+        let done: i64 = row.try_get("done").map_err(Error::db(OP))?;
+        let running: i64 = row.try_get("running").map_err(Error::db(OP))?;
+        Ok((
+            usize::try_from(done).unwrap_or(0),
+            usize::try_from(running).unwrap_or(0),
+        ))
     }
 
     async fn freeze_statistics(&self) -> Result<()> {
@@ -116,7 +132,7 @@ impl Scratch {
         statement.sql(self.client.schema())
     }
 
-    async fn drop_now(self) -> Result<()> {
+    pub(crate) async fn drop_now(self) -> Result<()> {
         Ok(self.client.drop_schema().await?)
     }
 }
@@ -499,27 +515,11 @@ pub async fn latency(
     let handle = tokio::spawn(worker.run(async {
         let _ = stopped.await;
     }));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let counted_from = Instant::now() + WARM_UP;
-    let enqueued = offer(&s.client, rate, WARM_UP + duration).await?;
-    // Let the last jobs start.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while samples.lock().unwrap_or_else(|p| p.into_inner()).len() < enqueued
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let counted_from = offer_and_wait(&s.client, rate, duration, &samples).await?;
     let _ = stop.send(());
     let _ = handle.await;
-    let mut v: Vec<f64> = samples
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter(|s| s.0 >= counted_from)
-        .map(|s| s.1)
-        .collect();
+    let v = counted(&samples, counted_from);
     s.drop_now().await?;
-    v.sort_by(f64::total_cmp);
     Ok(LatencyPoint {
         offered_per_s: rate,
         listen,
@@ -528,6 +528,164 @@ pub async fn latency(
         p95_ms: pct(&v, 0.95),
         p99_ms: pct(&v, 0.99),
     })
+}
+
+/// The floor of [`latency`]: the same paced enqueues, and instead of a worker one bare
+/// connection (tokio-postgres, no pool, no library runtime) that LISTENs on the schema's
+/// channel and, the moment a notification arrives, runs the worker's own claim
+/// (`job_claim.sql`, batches of 100, prepared) until a claim comes back short, completing
+/// each batch at once (`job_complete_many.sql`). Latency is the claim's `now()` minus the
+/// enqueue's `now()`, as for the worker: what the queue's design costs, without the library.
+/// The connection is made without TLS.
+pub async fn latency_floor(
+    url: &str,
+    base: &str,
+    rate: f64,
+    duration: Duration,
+) -> Result<LatencyPoint> {
+    const OP: &str = "run the latency floor's LISTEN claimer";
+    let s = Scratch::new(url, base, "latf", 10).await?;
+    let (raw, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(Error::db(
+            "connect the latency floor's LISTEN connection (without TLS)",
+        ))?;
+    let (wake_tx, mut wake) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let pump = tokio::spawn(async move {
+        while let Some(m) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            match m {
+                Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
+                    if wake_tx.send(()).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    raw.batch_execute(&format!("LISTEN {}", s.client.schema().channel_quoted()))
+        .await
+        .map_err(Error::db(OP))?;
+    let claim = raw
+        .prepare_typed(
+            s.client.statement(skiplock::Statement::Claim),
+            &[Type::TEXT, Type::INT8, Type::INT8],
+        )
+        .await
+        .map_err(Error::db(OP))?;
+    let complete = raw
+        .prepare_typed(
+            s.client.statement(skiplock::Statement::CompleteMany),
+            &[Type::INT8_ARRAY, Type::INT4_ARRAY, Type::TEXT_ARRAY],
+        )
+        .await
+        .map_err(Error::db(OP))?;
+    let samples: Samples = Arc::default();
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let claimer = {
+        let samples = samples.clone();
+        tokio::spawn(async move {
+            let batch: i64 = 100;
+            loop {
+                tokio::select! {
+                    w = wake.recv() => if w.is_none() { break },
+                    _ = &mut stopped => break,
+                }
+                while wake.try_recv().is_ok() {}
+                loop {
+                    let rows = raw
+                        .query(&claim, &[&QUEUE, &batch, &LEASE_US])
+                        .await
+                        .map_err(Error::db(OP))?;
+                    let now = Instant::now();
+                    let mut ids = Vec::with_capacity(rows.len());
+                    let mut attempts = Vec::with_capacity(rows.len());
+                    {
+                        let mut v = samples.lock().unwrap_or_else(|p| p.into_inner());
+                        for r in &rows {
+                            let created: std::time::SystemTime =
+                                r.try_get("created_at").map_err(Error::db(OP))?;
+                            let until: std::time::SystemTime =
+                                r.try_get("locked_until").map_err(Error::db(OP))?;
+                            let claimed = until
+                                .checked_sub(Duration::from_micros(LEASE_US.unsigned_abs()))
+                                .unwrap_or(until);
+                            let ms = claimed
+                                .duration_since(created)
+                                .unwrap_or(Duration::ZERO)
+                                .as_secs_f64()
+                                * 1000.0;
+                            v.push((now, ms));
+                            ids.push(r.try_get::<_, i64>("id").map_err(Error::db(OP))?);
+                            attempts.push(r.try_get::<_, i32>("attempts").map_err(Error::db(OP))?);
+                        }
+                    }
+                    if !ids.is_empty() {
+                        let outputs: Vec<Option<&str>> = vec![None; ids.len()];
+                        raw.query(&complete, &[&ids, &attempts, &outputs])
+                            .await
+                            .map_err(Error::db(OP))?;
+                    }
+                    if rows.len() < 100 {
+                        break;
+                    }
+                }
+            }
+            Ok::<(), Error>(())
+        })
+    };
+    let counted_from = offer_and_wait(&s.client, rate, duration, &samples).await?;
+    let _ = stop.send(());
+    let ended = claimer
+        .await
+        .map_err(Error::task("the latency floor's claimer"));
+    pump.abort();
+    let v = counted(&samples, counted_from);
+    s.drop_now().await?;
+    ended??;
+    Ok(LatencyPoint {
+        offered_per_s: rate,
+        listen: true,
+        jobs: v.len(),
+        p50_ms: pct(&v, 0.50),
+        p95_ms: pct(&v, 0.95),
+        p99_ms: pct(&v, 0.99),
+    })
+}
+
+/// After the consumer had a moment to start: enqueues at `rate` for the warm-up and
+/// `duration` ([`offer`]), then waits up to 10 s for the last jobs to start. Returns the
+/// instant from which samples count (the end of the warm-up).
+async fn offer_and_wait(
+    client: &Client,
+    rate: f64,
+    duration: Duration,
+    samples: &Samples,
+) -> Result<Instant> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counted_from = Instant::now() + WARM_UP;
+    let enqueued = offer(client, rate, WARM_UP + duration).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while samples.lock().unwrap_or_else(|p| p.into_inner()).len() < enqueued
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(counted_from)
+}
+
+/// The latencies of the samples taken from `from` on, sorted.
+fn counted(samples: &Samples, from: Instant) -> Vec<f64> {
+    let mut v: Vec<f64> = samples
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|s| s.0 >= from)
+        .map(|s| s.1)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
 }
 
 /// Enqueues at `rate` per second for `duration`, one statement per job, evenly paced: job `k`
@@ -881,22 +1039,21 @@ pub struct ProcessesPoint {
     pub claim_p99_ms: f64,
 }
 
-/// For each count in `counts`: a queue of `jobs` no-op jobs, drained by that many worker
-/// processes (`program work --queue bench=CONCURRENCY --drain --json`, the URL in
-/// `DATABASE_URL`), each with queue concurrency `concurrency` and default settings. Beside
+/// For each `(processes, concurrency)` in `splits`: a queue of `jobs` no-op jobs, drained by
+/// that many worker processes (`program work --queue bench=CONCURRENCY --drain --json`, the
+/// URL in `DATABASE_URL`), each with that queue concurrency and default settings. Beside
 /// them, a probe on its own connection claims one job every 10 ms, timing the claim
 /// statement, and completes it: claim latency under that much contention.
 pub async fn processes(
     url: &str,
     base: &str,
     program: &std::path::Path,
-    counts: &[usize],
+    splits: &[(usize, usize)],
     jobs: usize,
-    concurrency: usize,
 ) -> Result<Vec<ProcessesPoint>> {
     const OP: &str = "run the processes benchmark";
     let mut out = Vec::new();
-    for &n in counts {
+    for &(n, concurrency) in splits {
         let s = Scratch::new(url, base, "procs", 2).await?;
         s.fill(jobs).await?;
         let started = Instant::now();

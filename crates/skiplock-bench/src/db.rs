@@ -55,6 +55,8 @@ statements! {
     BenchCounters => "bench_counters.sql", "`queries/bench_counters.sql`: WAL position, transaction counts and dead tuples.",
     BenchVacuum => "bench_vacuum.sql", "`queries/bench_vacuum.sql`: vacuum and analyze the jobs table.",
     BenchFreezeStatistics => "bench_freeze_statistics.sql", "`queries/bench_freeze_statistics.sql`: turn autovacuum and autoanalyze off for the jobs table, so that its statistics stay as they were taken.",
+    BenchCompleteLean => "bench_complete_lean.sql", "`queries/bench_complete_lean.sql`: the leanest fenced completion of a claimed batch (pgbench's ceiling).",
+    BenchStatusCounts => "bench_status_counts.sql", "`queries/bench_status_counts.sql`: jobs done and jobs still running after a pgbench ceiling run.",
     BenchTruncate => "bench_truncate.sql", "`queries/bench_truncate.sql`: empty the jobs table and the workflow edges.",
 }
 

@@ -18,6 +18,7 @@ pub mod bench;
 mod db;
 mod error;
 pub mod lab;
+pub mod pgbench;
 pub mod suite;
 
 pub use db::Statement;

@@ -105,11 +105,23 @@ async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end()
     // The points, as `skiplock bench --json` prints them.
     let of = |s: &str| seen.points.iter().filter(|p| p["scenario"] == s).count();
     assert!(of("throughput-ceiling") >= 2);
+    // pgbench at 1 and 2 clients, each with the lean and the worker's completion (quick:
+    // one round), where a pgbench is found.
+    let pgbench = if skiplock_bench::pgbench::find().is_some() {
+        4
+    } else {
+        0
+    };
+    assert_eq!(of("throughput-ceiling-pgbench"), pgbench);
+    // Two worker points, one round: each run, then each point's best.
+    assert_eq!(of("throughput-run"), 2);
     assert_eq!(of("throughput"), 2);
     assert_eq!(of("throughput-frozen"), 1);
-    assert_eq!(of("throughput-defaults"), 1);
     assert_eq!(of("enqueue"), 4);
-    assert_eq!(seen.points.len(), of("throughput-ceiling") + 2 + 1 + 1 + 4);
+    assert_eq!(
+        seen.points.len(),
+        of("throughput-ceiling") + pgbench + 2 + 2 + 1 + 4
+    );
     assert_eq!(left(&db).await, 0, "the scratch schemas are dropped");
 }
 

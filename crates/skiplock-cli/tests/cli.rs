@@ -820,7 +820,21 @@ async fn bench_quick_runs_every_scenario() {
     );
     assert_eq!(of("history").len(), 2);
     assert_eq!(of("footprint").len(), 4, "steady, then before/during/after");
-    assert_eq!(of("throughput-defaults").len(), 1);
+    assert_eq!(
+        of("throughput-run").len(),
+        2,
+        "two worker points, one round"
+    );
+    let pgbench = of("throughput-ceiling-pgbench");
+    assert!(
+        pgbench.is_empty() || pgbench.iter().all(|p| p["jobs_per_s"].is_number()),
+        "{pgbench:?}"
+    );
+    let floor = of("latency-floor");
+    assert_eq!(floor.len(), 1, "the floor beside the LISTEN rate");
+    for k in ["offered_per_s", "p50_ms", "p99_ms"] {
+        assert!(floor[0][k].is_number(), "{k} in {}", floor[0]);
+    }
     assert_eq!(
         of("workflow-enqueue").len(),
         4,

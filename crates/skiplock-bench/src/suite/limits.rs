@@ -6,10 +6,15 @@ use std::fmt::Write as _;
 
 use skiplock::{QueueLimits as L, WorkerConfig};
 
+use super::ceiling::{self, Ceiling};
+use super::options::Scenario;
 use super::report::{median, thousands, Section};
 use super::sitting::Sitting;
 use crate::bench::{self, WorkerSetup as W};
 use crate::error::Result;
+
+/// The setups each round runs.
+const SETUPS: usize = 4;
 
 pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let (url, base) = (s.url, s.base);
@@ -20,21 +25,22 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let concurrency = 200;
     let keys = 1_000;
     let batch = WorkerConfig::default().max_claim_batch;
-    let mut ceiling = 0.0f64;
-    for loops in [2, 4] {
-        ceiling = ceiling.max(
-            bench::ceiling(url, base, jobs, batch, loops)
-                .await?
-                .jobs_per_s,
-        );
-        ceiling = ceiling.max(
-            bench::ceiling_pipelined(url, base, jobs, batch, loops)
-                .await?
-                .jobs_per_s,
-        );
-    }
+    let rounds = if s.quick() { 1 } else { 3 };
+    let measured = s.ceiling.as_ref().filter(|c| c.jobs == jobs).cloned();
+    let ceiling_runs = match (&measured, ceiling::program()) {
+        (Some(_), _) => 0,
+        (None, Ok(_)) => 4,
+        (None, Err(_)) => 0,
+    };
+    s.observer
+        .planned(Scenario::Limits, ceiling_runs + rounds * SETUPS);
+    let ceiling = match measured {
+        Some(c) => c,
+        _ => measure_ceiling(s, jobs, batch).await?,
+    };
+    let (ceiling, ceiling_from) = (ceiling.jobs_per_s, ceiling.from);
     let k = thousands(keys);
-    let setups: [(String, W); 4] = [
+    let setups: [(String, W); SETUPS] = [
         ("no limits".into(), W::defaults(concurrency)),
         (
             "concurrency limit 10,000 (does not bind)".into(),
@@ -51,11 +57,12 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
                 .limits(L::none().per_key(2)),
         ),
     ];
-    let rounds = if s.quick() { 1 } else { 3 };
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
     for _ in 0..rounds {
         for (i, (name, w)) in setups.iter().enumerate() {
+            s.observer.run(&format!("worker, {name}"));
             let p = bench::throughput(url, base, jobs, w).await?;
+            s.observer.ran();
             s.point(serde_json::json!({
                 "scenario": "limits", "setup": name, "jobs": p.jobs,
                 "concurrency": concurrency, "jobs_per_s": p.jobs_per_s,
@@ -85,7 +92,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let _ = writeln!(
         t,
         "
-Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keyed runs spread the jobs evenly over {keys} keys. Each setup ran {rounds} times, interleaved. Ceiling: the best of the raw-SQL loops (2 and 4 claim-and-finish loops, 2 and 4 claim loops + 1 finish loop) in the same sitting, {ceiling:.0} jobs/s."
+Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keyed runs spread the jobs evenly over {keys} keys. Each setup ran {rounds} times, interleaved. Ceiling: the best rate of the same sitting for the worker's claim and a fenced completion of the same number of jobs, {ceiling:.0} jobs/s ({ceiling_from}; see the throughput section)."
     );
     // Each limited run against the same jobs without limits: the plain jobs for the limit
     // that does not bind, the keyed jobs for the per-key limit.
@@ -104,5 +111,37 @@ Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keye
     Ok(Section {
         title: format!("Flow control ({jobs} no-op jobs per run)"),
         table: t,
+    })
+}
+
+/// The ceiling for `jobs` when the throughput scenario did not measure it in this sitting:
+/// pgbench at 2 and 4 clients, else the Rust loops at 2 and 4.
+async fn measure_ceiling(s: &mut Sitting<'_>, jobs: usize, batch: u32) -> Result<Ceiling> {
+    if let Ok(program) = ceiling::program() {
+        let mut swept = Vec::new();
+        ceiling::round(s, &program, jobs, batch, &[2, 4], &mut swept).await?;
+        if let Some(c) = ceiling::best_of(&swept, jobs) {
+            return Ok(c);
+        }
+    }
+    let (url, base) = (s.url, s.base);
+    let mut best = 0.0f64;
+    for loops in [2, 4] {
+        best = best.max(
+            bench::ceiling(url, base, jobs, batch, loops)
+                .await?
+                .jobs_per_s,
+        );
+        best = best.max(
+            bench::ceiling_pipelined(url, base, jobs, batch, loops)
+                .await?
+                .jobs_per_s,
+        );
+    }
+    Ok(Ceiling {
+        jobs_per_s: best,
+        from: "the best Rust loop (pgbench not found)".to_owned(),
+        pgbench: false,
+        jobs,
     })
 }

@@ -16,6 +16,7 @@
 
 use crate::error::{Error, Result};
 
+mod ceiling;
 mod enqueue;
 mod footprint;
 mod history;
@@ -90,6 +91,7 @@ pub async fn run(
         options,
         observer,
         targets: Vec::new(),
+        ceiling: None,
     };
     let mut sections = Vec::new();
     for &scenario in Scenario::EACH.iter().filter(|sc| asked.runs(**sc)) {

@@ -77,7 +77,8 @@ pub struct Options {
     /// workflow scenario's jobs per shape (default 10,000).
     pub jobs: Option<usize>,
     /// Queue concurrency for one throughput point instead of the sweep; the workflow
-    /// scenario's worker (default 100).
+    /// scenario's worker (default 100); the processes scenario's total, split over the
+    /// processes (default 200).
     pub concurrency: Option<usize>,
     /// Jobs per claim with `concurrency` (default: the worker's default).
     pub batch: Option<u32>,

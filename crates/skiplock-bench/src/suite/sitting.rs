@@ -42,6 +42,8 @@ pub(super) struct Sitting<'a> {
     pub(super) options: &'a Options,
     pub(super) observer: &'a mut dyn Observer,
     pub(super) targets: Vec<Target>,
+    /// The ceiling the throughput scenario measured, for the scenarios after it.
+    pub(super) ceiling: Option<super::ceiling::Ceiling>,
 }
 
 impl Sitting<'_> {

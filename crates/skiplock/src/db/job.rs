@@ -13,7 +13,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 pub(crate) use super::write::{ascii_escaped, Finish, Verdict, Written};
-use super::write::{extend_many, finish_many, written};
+use super::write::{complete_many, extend_many, finish_many, written};
 use super::{job_state, on_conn, rows, Cache, Sql, Store};
 use crate::caller_tx::Conn;
 use crate::job::{
@@ -230,6 +230,22 @@ impl Store {
     ) -> Result<Vec<Verdict<Written>>> {
         const OP: &str = "write job outcomes";
         let raw = finish_many(&***conn, self.cache(conn), &self.sql, batch)
+            .await
+            .map_err(Error::db(OP))?;
+        raw.into_iter().map(|v| written(OP, v)).collect()
+    }
+
+    /// `job_complete_many.sql` on a pooled connection (a prepared statement cached on it
+    /// when prepared statements are on): completes many jobs, every element of `batch` an
+    /// [`Outcome::Complete`](crate::outcome::Outcome::Complete); one verdict per element, in
+    /// its order, written or lost (never busy).
+    pub(crate) async fn job_complete_many(
+        &self,
+        conn: &Object,
+        batch: &[Finish],
+    ) -> Result<Vec<Verdict<Written>>> {
+        const OP: &str = "write job outcomes";
+        let raw = complete_many(&***conn, self.cache(conn), &self.sql, batch)
             .await
             .map_err(Error::db(OP))?;
         raw.into_iter().map(|v| written(OP, v)).collect()

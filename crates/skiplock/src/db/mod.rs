@@ -188,6 +188,7 @@ templates! {
     JobsIdBounds => jobs_id_bounds => "jobs_id_bounds.sql", "`queries/jobs_id_bounds.sql`: the lowest and highest job ids, where the walk of [`Statement::JobsMatch`] by windows of ids starts and ends.",
     Find => find => "job_find.sql", "`queries/job_find.sql`: the jobs in some states matching a kind, a queue and a JSON subset of the payload (`@>`), oldest first (`testing::enqueued`, with the `testing` feature).",
     FinishMany => finish_many => "job_finish_many.sql", "`queries/job_finish_many.sql`: write many outcomes (complete, retry, discard, snooze, hand back), each guarded by its claim's attempt; the worker's completer and [`Client::complete`](crate::Client::complete) / [`Client::fail`](crate::Client::fail) (a batch of one). One result row per input: written, lost or busy.",
+    CompleteMany => complete_many => "job_complete_many.sql", "`queries/job_complete_many.sql`: complete many jobs, each guarded by its claim's attempt, waiting for a row another session holds (in id order) instead of skipping it; the worker's completer for the outcomes that are successes. One result row per element written.",
     ExtendMany => extend_many => "job_extend_many.sql", "`queries/job_extend_many.sql`: renew many leases, guarded like [`Statement::FinishMany`]; the worker's heartbeat and [`Client::extend`](crate::Client::extend). One result row per input: renewed, lost or busy.",
     NextRunAt => next_run_at => "job_next_run_at.sql", "`queries/job_next_run_at.sql`: how long until a queue's next queued job is due, by the database's clock; a worker asks after a short claim.",
     QueuePause => queue_pause => "queue_pause.sql", "`queries/queue_pause.sql`: pause a queue for every worker (see [`Client::pause_queue`](crate::Client::pause_queue)).",
@@ -288,6 +289,7 @@ mod tests {
         let unfenced = Sql::unfenced(&schema);
         for (a, b) in [
             (&fenced.finish_many, &unfenced.finish_many),
+            (&fenced.complete_many, &unfenced.complete_many),
             (&fenced.extend_many, &unfenced.extend_many),
         ] {
             assert!(a.contains("attempts = o.attempt") && !a.contains(FENCE_MARK));

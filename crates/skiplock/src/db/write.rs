@@ -57,6 +57,13 @@ pub(crate) struct Finish {
 }
 
 impl Finish {
+    /// Whether `job_complete_many.sql` can write this outcome: a success, not completed in
+    /// the handler's own transaction (whose row that transaction may still hold locked: the
+    /// statement that skips a held row writes it).
+    pub(crate) fn is_lean(&self) -> bool {
+        matches!(self.outcome, Outcome::Complete) && !self.in_tx
+    }
+
     /// A successful attempt of a job claimed outside the worker (no queue to wake).
     pub(crate) fn complete(id: JobId, attempt: i32) -> Finish {
         Finish {
@@ -158,6 +165,41 @@ pub(super) async fn finish_many<C: GenericClient + Sync>(
             "busy" => Verdict::Busy,
             _ => Verdict::Lost,
         })
+    })
+}
+
+/// Completes many jobs (`job_complete_many.sql`: every element's outcome is
+/// [`Outcome::Complete`]); returns one verdict per element of `batch`, in its order, never
+/// busy (the statement waits for a row another session holds).
+pub(super) async fn complete_many<C: GenericClient + Sync>(
+    c: &C,
+    cache: Cache<'_>,
+    sql: &Sql,
+    batch: &[Finish],
+) -> Result<Vec<Verdict<RawWritten>>, PgError> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = batch.iter().map(|f| f.id.0).collect();
+    let attempts: Vec<i32> = batch.iter().map(|f| f.attempt).collect();
+    let outputs: Vec<Option<&str>> = batch.iter().map(|f| f.output.as_deref()).collect();
+    let rows = rows(
+        c,
+        cache,
+        &sql.complete_many,
+        &[
+            (&ids, Type::INT8_ARRAY),
+            (&attempts, Type::INT4_ARRAY),
+            (&outputs, Type::TEXT_ARRAY),
+        ],
+    )
+    .await?;
+    by_position(batch.len(), &rows, |r, _| {
+        Ok(Verdict::Applied(RawWritten {
+            status: r.try_get("status")?,
+            run_at: r.try_get("run_at")?,
+            retry_in_us: r.try_get("retry_in_us")?,
+        }))
     })
 }
 

@@ -1,5 +1,10 @@
 //! Writes job outcomes in batches: everything that arrived since the last write goes to the
-//! database in one guarded statement (`job_finish_many.sql`), which answers for each row:
+//! database in guarded statements. The successes go through `job_complete_many.sql`, the
+//! lean statement, which waits (in id order) for a row another session holds for a moment,
+//! such as a claim whose scan met the row; every other outcome, and a batch of successes
+//! whose lean write failed once (a row held past the statement's own 500 ms `lock_timeout`,
+//! or any other error), goes through
+//! `job_finish_many.sql`, which answers for each row:
 //!
 //! * written: counted by its [`Outcome`] and the state it led to (done, retried, failed,
 //!   requeued);
@@ -31,6 +36,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tokio_postgres::error::SqlState;
 
 use super::backoff::backoff;
 use super::events::JobEnd;
@@ -138,11 +144,16 @@ async fn sleep_until(due: Option<Instant>) {
     }
 }
 
-/// Writes `batch` in chunks of at most `max_finish_batch`; returns the rows found busy.
+/// Writes `batch` in chunks of at most `max_finish_batch`, the successes first (each chunk
+/// holds outcomes of one shape, so that a chunk of successes takes the lean statement);
+/// returns the rows found busy.
 async fn flush(shared: &Shared, batch: Vec<Finish>) -> Vec<Finish> {
     let mut busy = Vec::new();
-    for chunk in batch.chunks(shared.cfg.max_finish_batch.max(1)) {
-        write_chunk(shared, chunk, &mut busy).await;
+    let (lean, full): (Vec<Finish>, Vec<Finish>) = batch.into_iter().partition(Finish::is_lean);
+    for part in [lean, full] {
+        for chunk in part.chunks(shared.cfg.max_finish_batch.max(1)) {
+            write_chunk(shared, chunk, &mut busy).await;
+        }
     }
     busy
 }
@@ -234,8 +245,12 @@ async fn write_retrying(
     rows: &[Finish],
 ) -> Result<(Vec<Verdict<Written>>, u32), Failure> {
     let mut failures = 0u32;
+    // The lean statement waits for a held row, but only briefly: a row held longer (its
+    // lock_timeout), or any failure, sends the rows through the statement that writes the
+    // others and reports a held row busy.
+    let mut lean = rows.iter().all(Finish::is_lean);
     loop {
-        match write(shared, rows).await {
+        match write(shared, rows, lean).await {
             Ok(mut v) => {
                 // A job completed in its handler's own transaction is refused here when that
                 // transaction committed: read back, it counts as done.
@@ -244,8 +259,16 @@ async fn write_retrying(
                 }
                 return Ok((v, failures));
             }
+            Err(e) if lean && e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                // Nothing was written (the statement failed as a whole): no re-read needed.
+                tracing::debug!(
+                    "a row of the batch is held by another session; writing the batch around it"
+                );
+                lean = false;
+            }
             Err(e) if is_deterministic(&e) => return Err(Failure::Deterministic(e)),
             Err(e) => {
+                lean = false;
                 failures += 1;
                 if failures > MAX_FAILURES {
                     return Err(Failure::GaveUp(e));
@@ -309,11 +332,25 @@ fn account(
     }
 }
 
-async fn write(shared: &Shared, batch: &[Finish]) -> Result<Vec<Verdict<Written>>, Error> {
+/// Writes `batch` through `job_complete_many.sql` if `lean` (every row a success), else
+/// `job_finish_many.sql`.
+async fn write(
+    shared: &Shared,
+    batch: &[Finish],
+    lean: bool,
+) -> Result<Vec<Verdict<Written>>, Error> {
     const OP: &str = "write job outcomes";
     let conn = shared.client.conn(OP).await?;
     let limit = shared.cfg.reply_timeout();
-    match tokio::time::timeout(limit, shared.client.store().job_finish_many(&conn, batch)).await {
+    let store = shared.client.store();
+    let written = async {
+        if lean {
+            store.job_complete_many(&conn, batch).await
+        } else {
+            store.job_finish_many(&conn, batch).await
+        }
+    };
+    match tokio::time::timeout(limit, written).await {
         Ok(r) => r,
         Err(_) => {
             super::reply::abandon(shared, conn);

@@ -686,3 +686,198 @@ async fn the_reaper_fails_queued_jobs_with_no_attempt_left() {
     assert_eq!(state(&b, fine).await, (JobState::Queued, 0));
     assert!(b.client.reap().await.unwrap().is_empty());
 }
+
+/// Runs the worker's lean completion (`job_complete_many.sql`, as `c`'s statement) over
+/// `rows` (id, attempt) from `on`; returns the result of each row, in input order
+/// (`missing` for a row it did not write: lost).
+async fn complete_raw(
+    c: &Client,
+    on: &tokio_postgres::Client,
+    rows: &[(JobId, i32)],
+) -> Vec<String> {
+    let ids: Vec<i64> = rows.iter().map(|r| r.0 .0).collect();
+    let attempts: Vec<i32> = rows.iter().map(|r| r.1).collect();
+    let outputs: Vec<Option<&str>> = rows.iter().map(|_| None).collect();
+    let got = on
+        .query(
+            c.statement(Statement::CompleteMany),
+            &[&ids, &attempts, &outputs],
+        )
+        .await
+        .unwrap();
+    by_n(rows.len(), &got)
+}
+
+/// The lean completion has the outcome statement's guard: a stale, cancelled or reaped job
+/// is refused, a live one written; and its negative control (the fence left out) applies
+/// the stale attempt's completion over the running second attempt.
+#[tokio::test]
+async fn the_lean_completion_refuses_stale_cancelled_and_reaped_jobs() {
+    let b = setup().await;
+    let unfenced = Client::builder(b.db.url())
+        .schema(b.db.schema())
+        .unfenced_for_negative_control()
+        .build()
+        .unwrap();
+    let ids = b
+        .client
+        .enqueue_many(&(0..4).map(|i| NewJob::new("k", &i)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    b.client.claim("default", 4, LEASE).await.unwrap();
+    let (stale, cancelled, reaped, live) = (ids[0], ids[1], ids[2], ids[3]);
+    b.expire_lease(stale).await;
+    b.expire_lease(reaped).await;
+    assert_eq!(b.client.reap().await.unwrap().len(), 2);
+    let again = claim_one(&b).await;
+    assert_eq!((again.id, again.attempt), (stale, 2));
+    b.client.cancel(&[cancelled]).await.unwrap();
+
+    let got = complete_raw(
+        &b.client,
+        &b.raw,
+        &[(reaped, 1), (live, 1), (stale, 1), (cancelled, 1)],
+    )
+    .await;
+    assert_eq!(got, ["missing", "written", "missing", "missing"]);
+    assert_eq!(state(&b, stale).await, (JobState::Running, 2));
+    assert_eq!(state(&b, cancelled).await, (JobState::Failed, 1));
+    assert_eq!(state(&b, reaped).await, (JobState::Queued, 1));
+    assert_eq!(state(&b, live).await, (JobState::Done, 1));
+
+    // The negative control: the same stale write, unfenced, lands.
+    assert!(!unfenced
+        .statement(Statement::CompleteMany)
+        .contains("attempts = o.attempt"));
+    let got = complete_raw(&unfenced, &b.raw, &[(stale, 1), (reaped, 1)]).await;
+    assert_eq!(
+        got,
+        ["written", "missing"],
+        "the stale completion was applied"
+    );
+    assert_eq!(state(&b, stale).await, (JobState::Done, 2));
+}
+
+/// The lean completion waits for a row another session holds (as a claim whose scan met the
+/// row holds it until it commits) instead of reporting it busy: the whole batch is written
+/// once the holder lets go. A holder that reaps the row meanwhile wins: that row is lost,
+/// the others written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lean_completion_waits_for_a_held_row_instead_of_skipping_it() {
+    let b = setup().await;
+    let (ids, lock) = three_running(&b).await;
+    let mut holder = b.db.connect().await.unwrap();
+    let rows: Vec<(JobId, i32)> = ids.iter().map(|id| (*id, 1)).collect();
+    for reap_meanwhile in [false, true] {
+        if reap_meanwhile {
+            b.expire_lease(ids[1]).await;
+        }
+        let tx = holder.transaction().await.unwrap();
+        tx.execute(&lock, &[&ids[1].0]).await.unwrap();
+        let writer = {
+            let (client, conn, rows) = (
+                b.client.clone(),
+                b.db.connect().await.unwrap(),
+                rows.clone(),
+            );
+            tokio::spawn(async move { complete_raw(&client, &conn, &rows).await })
+        };
+        // Held for less than the statement's own lock_timeout (500 ms).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            !writer.is_finished(),
+            "the completion did not wait for the held row"
+        );
+        assert_eq!(b.count("status = 'done'").await, 0);
+        if reap_meanwhile {
+            let r = tx
+                .query(b.client.statement(Statement::Reap), &[&1000i64])
+                .await
+                .unwrap();
+            assert_eq!(r.len(), 1);
+        }
+        tx.commit().await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), writer)
+            .await
+            .expect("the completion never finished")
+            .unwrap();
+        if reap_meanwhile {
+            assert_eq!(got, ["written", "missing", "written"]);
+            assert_eq!(state(&b, ids[1]).await, (JobState::Queued, 1));
+        } else {
+            assert_eq!(got, ["written", "written", "written"]);
+            assert_eq!(b.count("status = 'done'").await, 3);
+            // Again, for the round where the holder reaps: every job running at attempt 1.
+            let reset = format!(
+                "UPDATE \"{}\".jobs SET status = 'running', finished_at = NULL, locked_until = now() + interval '5 minutes'",
+                b.db.schema()
+            );
+            b.raw.execute(&reset, &[]).await.unwrap();
+        }
+    }
+}
+
+/// Three jobs claimed (running at attempt 1), and the statement that locks one's row.
+async fn three_running(b: &Bundle) -> (Vec<JobId>, String) {
+    let ids = b
+        .client
+        .enqueue_many(&(0..3).map(|i| NewJob::new("k", &i)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    b.client.claim("default", 3, LEASE).await.unwrap();
+    let lock = format!(
+        "SELECT 1 FROM \"{}\".jobs WHERE id = $1 FOR UPDATE",
+        b.db.schema()
+    );
+    (ids, lock)
+}
+
+/// The lean completion's wait is bounded: a row held past its lock_timeout (500 ms) fails
+/// the whole statement with lock_not_available and writes nothing (the worker then writes
+/// the batch through job_finish_many.sql: `outcomes::a_locked_row_does_not_hold_back_the_rest_of_the_batch`),
+/// and the setting does not outlive the statement.
+#[tokio::test]
+async fn the_lean_completion_gives_up_on_a_row_held_past_its_lock_timeout() {
+    let b = setup().await;
+    let (ids, lock) = three_running(&b).await;
+    let mut holder = b.db.connect().await.unwrap();
+    let tx = holder.transaction().await.unwrap();
+    tx.execute(&lock, &[&ids[1].0]).await.unwrap();
+    let conn = b.db.connect().await.unwrap();
+    let ids64: Vec<i64> = ids.iter().map(|id| id.0).collect();
+    let attempts = vec![1i32; 3];
+    let outputs: Vec<Option<&str>> = vec![None; 3];
+    let t0 = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        conn.query(
+            b.client.statement(Statement::CompleteMany),
+            &[&ids64, &attempts, &outputs],
+        ),
+    )
+    .await
+    .expect("the statement kept waiting for the held row")
+    .expect_err("the statement waited past its lock_timeout");
+    let waited = t0.elapsed();
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE),
+        "{err}"
+    );
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_secs(5),
+        "gave up after {waited:?}"
+    );
+    assert_eq!(b.count("status = 'done'").await, 0);
+    let timeout: String = conn
+        .query_one("SHOW lock_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(timeout, "0", "the statement's lock_timeout outlived it");
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        complete_raw(&b.client, &conn, &[(ids[1], 1)]).await,
+        ["written"]
+    );
+}

@@ -33,11 +33,13 @@ async fn through_proxy(b: &Bundle, app: &str, unfenced: bool) -> (FaultProxy, Cl
     (proxy, builder.build().unwrap())
 }
 
-/// A piece of the outcome statement's text, as the worker sends it (unnamed statements
-/// carry their text in every Parse message).
+/// A piece of the statement the worker writes a success with (`job_complete_many.sql`), as
+/// it sends it (unnamed statements carry their text in every Parse message). Not in
+/// `job_finish_many.sql`, through which the completer's retry after the lost reply goes.
 fn finish_marker(b: &Bundle) -> &'static [u8] {
-    const MARK: &str = "WITH ORDINALITY AS o(id, attempt, outcome";
-    assert!(b.client.statement(Statement::FinishMany).contains(MARK));
+    const MARK: &str = "WITH ORDINALITY AS o(id, attempt, output, n)";
+    assert!(b.client.statement(Statement::CompleteMany).contains(MARK));
+    assert!(!b.client.statement(Statement::FinishMany).contains(MARK));
     MARK.as_bytes()
 }
 
