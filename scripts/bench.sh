@@ -2,13 +2,15 @@
 # Runs the whole benchmark suite on a throwaway PostgreSQL cluster and rewrites
 # docs/BENCHMARKS.md with the figures (a "## Notes" section at its end is kept).
 #
-#   scripts/bench.sh            # the full suite (about 12 minutes on 2 cores; `bench all`
+#   scripts/bench.sh            # the full suite (about 35 minutes on 2 cores; `bench all`
 #                               # says how long each part takes before it starts)
 #   scripts/bench.sh --quick    # tiny sizes, to check that everything runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --release -q -p skiplock-cli
+# The peer of `bench peers` (graphile_worker), a binary of its own beside `skiplock`.
+cargo build --release -q -p skiplock-bench --features peers --bin skiplock-peer-graphile
 bin=target/release/skiplock
 home="$(mktemp -d)"
 export SKIPLOCK_HOME="$home"

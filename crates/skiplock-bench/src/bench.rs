@@ -533,10 +533,11 @@ pub async fn latency(
 /// The floor of [`latency`]: the same paced enqueues, and instead of a worker one bare
 /// connection (tokio-postgres, no pool, no library runtime) that LISTENs on the schema's
 /// channel and, the moment a notification arrives, runs the worker's own claim
-/// (`job_claim.sql`, batches of 100, prepared) until a claim comes back short, completing
-/// each batch at once (`job_complete_many.sql`). Latency is the claim's `now()` minus the
-/// enqueue's `now()`, as for the worker: what the queue's design costs, without the library.
-/// The connection is made without TLS.
+/// (`job_claim.sql`, batches of 100, prepared) until a claim comes back short, handing each
+/// batch to a second connection that completes whatever it was handed in one
+/// `job_complete_many.sql` (off the claim's path, as the worker's completer). Latency is the
+/// claim's `now()` minus the enqueue's `now()`, as for the worker: what the queue's design
+/// costs, without the library. The connections are made without TLS.
 pub async fn latency_floor(
     url: &str,
     base: &str,
@@ -574,13 +575,37 @@ pub async fn latency_floor(
         )
         .await
         .map_err(Error::db(OP))?;
-    let complete = raw
+    // The completions go over a second connection, off the claim's path (as the worker's
+    // completer does): the claimer never waits for a write before its next claim.
+    let (writer, writer_conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(Error::db(OP))?;
+    let writer_driver = tokio::spawn(async move {
+        let _ = writer_conn.await;
+    });
+    let complete = writer
         .prepare_typed(
             s.client.statement(skiplock::Statement::CompleteMany),
             &[Type::INT8_ARRAY, Type::INT4_ARRAY, Type::TEXT_ARRAY],
         )
         .await
         .map_err(Error::db(OP))?;
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(Vec<i64>, Vec<i32>)>();
+    let completer = tokio::spawn(async move {
+        while let Some((mut ids, mut attempts)) = done_rx.recv().await {
+            // Everything that arrived meanwhile, in one statement.
+            while let Ok((i, a)) = done_rx.try_recv() {
+                ids.extend(i);
+                attempts.extend(a);
+            }
+            let outputs: Vec<Option<&str>> = vec![None; ids.len()];
+            writer
+                .query(&complete, &[&ids, &attempts, &outputs])
+                .await
+                .map_err(Error::db(OP))?;
+        }
+        Ok::<(), Error>(())
+    });
     let samples: Samples = Arc::default();
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
     let claimer = {
@@ -621,11 +646,8 @@ pub async fn latency_floor(
                             attempts.push(r.try_get::<_, i32>("attempts").map_err(Error::db(OP))?);
                         }
                     }
-                    if !ids.is_empty() {
-                        let outputs: Vec<Option<&str>> = vec![None; ids.len()];
-                        raw.query(&complete, &[&ids, &attempts, &outputs])
-                            .await
-                            .map_err(Error::db(OP))?;
+                    if !ids.is_empty() && done_tx.send((ids, attempts)).is_err() {
+                        break;
                     }
                     if rows.len() < 100 {
                         break;
@@ -641,9 +663,16 @@ pub async fn latency_floor(
         .await
         .map_err(Error::task("the latency floor's claimer"));
     pump.abort();
+    // The claimer's end dropped the completions' sender: the completer ends once its last
+    // batch is written.
+    let written = completer
+        .await
+        .map_err(Error::task("the latency floor's completer"));
+    writer_driver.abort();
     let v = counted(&samples, counted_from);
     s.drop_now().await?;
     ended??;
+    written??;
     Ok(LatencyPoint {
         offered_per_s: rate,
         listen: true,
@@ -892,16 +921,47 @@ pub struct FootprintPoint {
     pub p99_ms: f64,
 }
 
+/// One second of a footprint run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Tick {
+    /// Seconds from the first phase's start to this sample.
+    pub t_s: f64,
+    /// The phase it belongs to.
+    pub phase: String,
+    /// Dead tuples of the jobs table (the statistics system's count).
+    pub dead: i64,
+    /// Table size with indexes, bytes.
+    pub table_bytes: i64,
+    /// Jobs started since the previous sample (or the phase's start).
+    pub started: usize,
+    /// Their enqueue-to-start latency, milliseconds: median (0 when none started).
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+}
+
+/// A footprint run: each phase, and a sample each second.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Footprint {
+    /// Each phase, in order.
+    pub phases: Vec<FootprintPoint>,
+    /// A sample each second, through every phase.
+    pub timeline: Vec<Tick>,
+}
+
 /// A worker with default settings (its vacuum service included) at a steady `rate`, through
-/// `phases` (name, length) one after the other, each reported on its own. Through a phase
-/// named `during`, a bystander `REPEATABLE READ` transaction stays open (it read once), holding
-/// back vacuum; it ends as the next phase starts.
+/// `phases` (name, length) one after the other, each reported on its own, sampled each second
+/// (the [`Footprint::timeline`]). Through a phase named `during`, a bystander `REPEATABLE READ`
+/// transaction stays open (it read once), holding back vacuum; it ends as the next phase
+/// starts.
 pub async fn footprint(
     url: &str,
     base: &str,
     rate: f64,
     phases: &[(&str, Duration)],
-) -> Result<Vec<FootprintPoint>> {
+) -> Result<Footprint> {
     const OP: &str = "run the footprint benchmark";
     let s = Scratch::new(url, base, "foot", 16).await?;
     let samples: Samples = Arc::default();
@@ -931,6 +991,8 @@ pub async fn footprint(
             .map_err(Error::db(OP))
     };
     let mut out = Vec::new();
+    let mut timeline = Vec::new();
+    let run_started = Instant::now();
     let mut held: Option<Bystander> = None;
     for &(phase, len) in phases {
         if let Some((release, h)) = held.take() {
@@ -965,27 +1027,52 @@ pub async fn footprint(
         let from = samples.lock().unwrap_or_else(|p| p.into_inner()).len();
         let sampler = async {
             let mut dead = Vec::new();
+            let mut ticks = Vec::new();
+            let mut seen = from;
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             while started.elapsed() < len {
                 tick.tick().await;
                 if let Ok(row) = read().await {
-                    if let Ok((_, _, d, _)) = counters(&row) {
+                    if let Ok((_, _, d, bytes)) = counters(&row) {
                         dead.push((started.elapsed().as_secs_f64(), d));
+                        let mut lat: Vec<f64> = {
+                            let all = samples.lock().unwrap_or_else(|p| p.into_inner());
+                            let now = all.len();
+                            let window = all[seen.min(now)..].iter().map(|s| s.1).collect();
+                            seen = now;
+                            window
+                        };
+                        lat.sort_by(f64::total_cmp);
+                        ticks.push(Tick {
+                            t_s: run_started.elapsed().as_secs_f64(),
+                            phase: phase.to_owned(),
+                            dead: d,
+                            table_bytes: bytes,
+                            started: lat.len(),
+                            p50_ms: pct(&lat, 0.5),
+                            p99_ms: pct(&lat, 0.99),
+                        });
                     }
                 }
             }
-            dead
+            (dead, ticks)
         };
-        let (sent, timeline) = tokio::join!(offer(&s.client, rate, len), sampler);
+        let (sent, (dead_samples, ticks)) = tokio::join!(offer(&s.client, rate, len), sampler);
         let _ = sent?;
+        timeline.extend(ticks);
         let (wal1, tx1, _, bytes) = counters(&read().await?)?;
         let mut lat: Vec<f64> = samples.lock().unwrap_or_else(|p| p.into_inner())[from..]
             .iter()
             .map(|s| s.1)
             .collect();
         lat.sort_by(f64::total_cmp);
-        let under = |bound: i64| timeline.iter().find(|(_, d)| *d <= bound).map(|(t, _)| *t);
-        let mut dead: Vec<i64> = timeline.iter().map(|(_, d)| *d).collect();
+        let under = |bound: i64| {
+            dead_samples
+                .iter()
+                .find(|(_, d)| *d <= bound)
+                .map(|(t, _)| *t)
+        };
+        let mut dead: Vec<i64> = dead_samples.iter().map(|(_, d)| *d).collect();
         dead.sort_unstable();
         let jobs = lat.len();
         let seconds = started.elapsed().as_secs_f64();
@@ -1014,7 +1101,10 @@ pub async fn footprint(
     let _ = stop.send(());
     let _ = handle.await;
     s.drop_now().await?;
-    Ok(out)
+    Ok(Footprint {
+        phases: out,
+        timeline,
+    })
 }
 
 /// One point of the many-processes scenario.

@@ -62,6 +62,16 @@ pub enum Error {
         #[source]
         source: Option<std::io::Error>,
     },
+
+    /// The plot of a run could not be drawn or written (`could not write plot.svg: ...`).
+    #[error("could not {what}")]
+    Output {
+        /// What, and why when there is no I/O error to say it.
+        what: String,
+        /// The operating system's error, when there is one.
+        #[source]
+        source: Option<std::io::Error>,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

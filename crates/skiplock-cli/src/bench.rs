@@ -12,9 +12,12 @@ use crate::parse::parse_duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
-    /// No-op jobs through a worker, against the raw-SQL ceiling of the same statements.
+    /// No-op jobs through a worker, against the ceiling: pgbench running the worker's own
+    /// claim and a fenced completion at 1 to 16 clients (the Rust loops of the same
+    /// statements as a second line, and the ceiling where no pgbench is found).
     Throughput,
-    /// Enqueue-to-start latency at a steady offered load, LISTEN on and off.
+    /// Enqueue-to-start latency at a steady offered load, LISTEN on and off, beside its floor
+    /// (a bare LISTEN connection claiming with the worker's statement).
     Latency,
     /// Enqueue rate: single-row transactions and batches.
     Enqueue,
@@ -23,8 +26,9 @@ pub enum Scenario {
     /// Dead tuples, size, WAL and transactions per job at a steady load, with and without a
     /// transaction holding back vacuum.
     Footprint,
-    /// 1, 2, 4 and 8 `skiplock work` processes draining one queue: total jobs/s and the claim
-    /// latency beside them.
+    /// The same total concurrency (200, or --concurrency) split over 1, 2, 4 and 8
+    /// `skiplock work` processes draining one queue: total jobs/s against one process, and
+    /// the claim latency beside them.
     Processes,
     /// Flow control: concurrency 200 with a limit that does not bind, and with a per-key
     /// limit of 2 over 1,000 keys, against the same runs without limits and the raw-SQL
@@ -34,8 +38,20 @@ pub enum Scenario {
     /// `enqueue_many`, and a worker through a fan-out and chains against plain jobs (jobs/s,
     /// and the time per link of a chain).
     Workflow,
-    /// Everything (see `bench all`'s first line for how long it takes).
+    /// skiplock's worker against graphile_worker on the same cluster, in one run: the peer is
+    /// a separate binary of the bench crate (`cargo build --release -p skiplock-bench
+    /// --features peers --bin skiplock-peer-graphile`, which scripts/bench.sh runs), found
+    /// beside this program or through SKIPLOCK_PEER_GRAPHILE; without it, the scenario says
+    /// how to build it.
+    Peers,
+    /// Everything above (see `bench all`'s first line for how long it takes).
     All,
+    /// Not part of `all`: the highest offered rate sustained without a held snapshot, then a
+    /// worker at --rate (default 1,000 jobs/s) while a REPEATABLE READ transaction stays open
+    /// for --duration (default 30m), a minute before and five after: jobs started against
+    /// offered, pickup latency, dead tuples and table size over time, and the time back under
+    /// the footprint bound (about 40 minutes; --plot FILE writes an SVG of the run).
+    HeldSnapshot,
 }
 
 #[derive(Debug, clap::Args)]
@@ -43,13 +59,14 @@ pub struct Args {
     /// Which scenario.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Jobs per throughput run (default 50,000), the enqueue scenario's batch total (default
-    /// 100,000), and the workflow scenario's jobs per shape (default 10,000; its chains are
+    /// Jobs per throughput run (default 100,000), the enqueue scenario's batch total (default
+    /// 100,000), the processes scenario's queue (default 100,000), and the workflow scenario's jobs per shape (default 10,000; its chains are
     /// 100 of a hundredth of that, and one of a tenth).
     #[arg(long)]
     jobs: Option<usize>,
     /// Queue concurrency for one throughput point (against the ceiling sweep); default: a
-    /// sweep of points. The workflow scenario's worker: default 100.
+    /// sweep of points. The workflow scenario's worker: default 100. The processes
+    /// scenario's total, split over the processes: default 200.
     #[arg(long)]
     concurrency: Option<usize>,
     /// Jobs per claim for the --concurrency point (default: the worker's default).
@@ -59,13 +76,17 @@ pub struct Args {
     #[arg(long, requires = "concurrency")]
     claims_in_flight: Option<usize>,
     /// Offered jobs per second (latency: one point instead of the 50/500/5000 sweep;
-    /// footprint: default 200).
+    /// footprint: default 200; held-snapshot: default 1000).
     #[arg(long)]
     rate: Option<f64>,
     /// How long each latency point runs (default 10s), or the footprint's steady phase
-    /// (default 2m; the held-snapshot run adds 30s before, 60s held, 90s after).
+    /// (default 2m; the held-snapshot run adds 30s before, 60s held, 90s after), or how
+    /// long the held-snapshot scenario holds its snapshot (default 30m).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
+    /// Write an SVG plot of the held-snapshot run to this file (that scenario only).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<std::path::PathBuf>,
     /// Finished rows for the history scenario, comma-separated (default 0,1000000,10000000).
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<i64>,
@@ -91,7 +112,9 @@ impl Scenario {
             Scenario::Processes => suite::Scenario::Processes,
             Scenario::Limits => suite::Scenario::Limits,
             Scenario::Workflow => suite::Scenario::Workflow,
+            Scenario::Peers => suite::Scenario::Peers,
             Scenario::All => suite::Scenario::All,
+            Scenario::HeldSnapshot => suite::Scenario::HeldSnapshot,
         }
     }
 }
@@ -108,6 +131,7 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     options.duration = args.duration;
     options.sizes = args.sizes;
     options.quick = args.quick;
+    options.plot = args.plot;
     if asked == suite::Scenario::All || asked == suite::Scenario::Processes {
         // The worker processes are this command.
         options.program = Some(std::env::current_exe()?);
@@ -117,6 +141,12 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         errln!(
             "skiplock bench all: expect {}",
             suite::expected_time(args.quick)
+        );
+    }
+    if asked == suite::Scenario::HeldSnapshot && !args.json {
+        errln!(
+            "skiplock bench held-snapshot: expect {}",
+            suite::held_snapshot_expected_time(&options)
         );
     }
     let header = if args.markdown {

@@ -845,7 +845,28 @@ async fn bench_quick_runs_every_scenario() {
         4,
         "plain, fan-out, chains, one chain"
     );
-    // The scratch schemas are gone.
+    // The peer runs where its binary was built beside this one (`--all-features`).
+    let peer = std::path::Path::new(assert_cmd::cargo::cargo_bin!("skiplock"))
+        .with_file_name("skiplock-peer-graphile");
+    let peers = of("peers");
+    if peer.is_file() {
+        assert_eq!(
+            peers.len(),
+            5,
+            "2 of skiplock, 3 of graphile_worker: {peers:?}"
+        );
+        assert!(peers.iter().all(|p| p["jobs_per_s"].as_f64() > Some(0.0)));
+    } else {
+        assert!(peers.is_empty(), "{peers:?}");
+    }
+    // The held snapshot runs only when asked for by name.
+    assert!(of("held-snapshot").is_empty());
+    // The scratch schemas (the peer's among them) are gone.
+    assert_no_scratch_schemas(&db).await;
+}
+
+/// The bench's scratch schemas are gone.
+async fn assert_no_scratch_schemas(db: &TestDb) {
     let c = db.connect().await.unwrap();
     let left: i64 = c
         .query_one(
@@ -856,6 +877,115 @@ async fn bench_quick_runs_every_scenario() {
         .unwrap()
         .get(0);
     assert_eq!(left, 0);
+}
+
+/// `bench held-snapshot` (quick: seconds, not 40 minutes): the probe for the highest rate,
+/// then before, during and after a held snapshot, a sample each second, its targets, and the
+/// plot where `--plot` says; the scratch schemas are gone afterwards.
+#[tokio::test]
+async fn bench_held_snapshot_reports_the_run_second_by_second_and_plots_it() {
+    let db = TestDb::new().await;
+    let dir = std::env::temp_dir().join(format!("skiplock-held-{}", db.schema()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plot = dir.join("held.svg");
+    let plot_arg = plot.to_str().unwrap();
+    let o = run(
+        Some(&db),
+        &[
+            "bench",
+            "held-snapshot",
+            "--quick",
+            "--json",
+            "--plot",
+            plot_arg,
+        ],
+    );
+    let points: Vec<serde_json::Value> = ok(&o).lines().map(json).collect();
+    assert!(points.iter().all(|p| p["scenario"] == "held-snapshot"));
+    let part = |k: &'static str| points.iter().filter(move |p| p["part"] == k);
+    assert_eq!(part("probe").count(), 1, "one rate in quick mode");
+    let phases: Vec<&str> = part("phase")
+        .map(|p| p["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["before", "during", "after"]);
+    for p in part("phase") {
+        for k in ["jobs_per_s", "kept", "dead_max", "table_bytes", "p99_ms"] {
+            assert!(p[k].is_number(), "{k} in {p}");
+        }
+    }
+    let ticks: Vec<&serde_json::Value> = part("tick").collect();
+    // 2 s before, 3 s held, 3 s after: a sample each second.
+    assert!(ticks.len() >= 6, "{}", ticks.len());
+    assert!(ticks.iter().any(|t| t["phase"] == "during"));
+    assert!(
+        ticks
+            .iter()
+            .map(|t| t["started"].as_u64().unwrap())
+            .sum::<u64>()
+            > 0,
+        "jobs started"
+    );
+    assert!(
+        ticks
+            .windows(2)
+            .all(|w| w[0]["t_s"].as_f64() < w[1]["t_s"].as_f64()),
+        "in time order"
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("dead tuples of the jobs table"));
+
+    // The Markdown: the tables, the targets, and the plot beside it.
+    let o = run(
+        Some(&db),
+        &[
+            "bench",
+            "held-snapshot",
+            "--quick",
+            "--markdown",
+            "--duration",
+            "2s",
+            "--plot",
+            plot_arg,
+        ],
+    );
+    let md = ok(&o);
+    for words in [
+        "## A held snapshot: 2 s at 1,000 jobs/s",
+        "### The highest rate without a held snapshot",
+        "### Minute by minute",
+        "![The held-snapshot run, second by second](held.svg)",
+        "| the highest offered rate sustained without a held snapshot (>= 95 % started) |",
+        "| a snapshot held 2 s at 1,000 jobs/s offered: >= 95 % of the offered jobs start while it is held |",
+    ] {
+        assert!(md.contains(words), "{words}\n{md}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_no_scratch_schemas(&db).await;
+}
+
+/// `--plot` belongs to the held-snapshot scenario: elsewhere it is refused, and nothing runs.
+#[tokio::test]
+async fn bench_plot_elsewhere_is_refused() {
+    let db = TestDb::new().await;
+    let o = run(Some(&db), &["bench", "footprint", "--plot", "x.svg"]);
+    fails(&o, 2, "--plot is for the held-snapshot scenario alone");
+    assert!(!std::path::Path::new("x.svg").exists());
+}
+
+/// Without the peer's binary, `bench peers` measures nothing and says how to build it.
+#[tokio::test]
+async fn bench_peers_without_the_peer_says_how_to_build_it() {
+    let db = TestDb::new().await;
+    let o = cmd(Some(&db), &["bench", "peers", "--quick", "--markdown"])
+        .env(
+            "SKIPLOCK_PEER_GRAPHILE",
+            "/nonexistent/skiplock-peer-graphile",
+        )
+        .output()
+        .unwrap();
+    let md = ok(&o);
+    assert!(md.contains("\n## Against graphile_worker\n\nNot measured: SKIPLOCK_PEER_GRAPHILE names /nonexistent/skiplock-peer-graphile, which is not a file: build it with `cargo build --release -p skiplock-bench --features peers --bin skiplock-peer-graphile`"), "{md}");
+    assert!(md.contains("| not measured: "), "{md}");
 }
 
 /// A task of a benchmark that fails is a runtime error (exit 1), not a refused input (exit

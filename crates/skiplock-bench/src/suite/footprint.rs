@@ -46,9 +46,11 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     );
     for bystander in [false, true] {
         let points = if bystander {
-            bench::footprint(s.url, s.base, rate, &held).await?
+            bench::footprint(s.url, s.base, rate, &held).await?.phases
         } else {
-            bench::footprint(s.url, s.base, rate, &[("steady", steady)]).await?
+            bench::footprint(s.url, s.base, rate, &[("steady", steady)])
+                .await?
+                .phases
         };
         if !bystander {
             if let Some(p) = points.first() {
@@ -78,17 +80,10 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
             );
         }
         for p in &points {
-            s.point(serde_json::json!({
-                "scenario": "footprint", "bystander": bystander, "phase": p.phase,
-                "rate": p.rate, "seconds": p.seconds, "jobs": p.jobs,
-                "jobs_per_s": p.jobs_per_s,
-                "dead_median": p.dead_median, "dead_max": p.dead_max,
-                "under_max_bound_s": p.under_max_bound_s,
-                "under_median_bound_s": p.under_median_bound_s,
-                "table_bytes": p.table_bytes, "wal_bytes_per_job": p.wal_bytes_per_job,
-                "transactions_per_job": p.transactions_per_job,
-                "p50_ms": p.p50_ms, "p99_ms": p.p99_ms,
-            }));
+            let mut point = phase_json(p);
+            point["scenario"] = "footprint".into();
+            point["bystander"] = bystander.into();
+            s.point(point);
             let _ = writeln!(
                 t,
                 "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {:.1} MiB | {:.0} | {:.2} | {:.2} | {:.2} |",
@@ -120,6 +115,21 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     Ok(Section {
         title: format!("Footprint at {rate:.0} jobs/s"),
         table: t,
+    })
+}
+
+/// A phase as a JSON point (without its `scenario`).
+pub(super) fn phase_json(p: &FootprintPoint) -> serde_json::Value {
+    serde_json::json!({
+        "phase": p.phase,
+        "rate": p.rate, "seconds": p.seconds, "jobs": p.jobs,
+        "jobs_per_s": p.jobs_per_s,
+        "dead_median": p.dead_median, "dead_max": p.dead_max,
+        "under_max_bound_s": p.under_max_bound_s,
+        "under_median_bound_s": p.under_median_bound_s,
+        "table_bytes": p.table_bytes, "wal_bytes_per_job": p.wal_bytes_per_job,
+        "transactions_per_job": p.transactions_per_job,
+        "p50_ms": p.p50_ms, "p99_ms": p.p99_ms,
     })
 }
 

@@ -19,10 +19,13 @@ use crate::error::{Error, Result};
 mod ceiling;
 mod enqueue;
 mod footprint;
+mod held;
 mod history;
 mod latency;
 mod limits;
 mod options;
+pub mod peers;
+mod plot;
 mod processes;
 mod report;
 mod sitting;
@@ -42,7 +45,12 @@ pub fn check(asked: Scenario, options: &Options) -> Result<()> {
     if options.jobs == Some(0) {
         return Err(Error::refused("--jobs must be at least 1"));
     }
-    for &scenario in Scenario::EACH.iter().filter(|sc| asked.runs(**sc)) {
+    if options.plot.is_some() && asked != Scenario::HeldSnapshot {
+        return Err(Error::refused(
+            "--plot is for the held-snapshot scenario alone",
+        ));
+    }
+    for scenario in Scenario::order().filter(|sc| asked.runs(*sc)) {
         match scenario {
             Scenario::Throughput => throughput::check(options)?,
             Scenario::Latency => latency::check(options)?,
@@ -50,7 +58,8 @@ pub fn check(asked: Scenario, options: &Options) -> Result<()> {
             Scenario::Footprint => footprint::check(asked, options)?,
             Scenario::Processes => processes::check(options)?,
             Scenario::Workflow => workflow::check(options)?,
-            Scenario::Enqueue | Scenario::Limits | Scenario::All => {}
+            Scenario::HeldSnapshot => held::check(options)?,
+            Scenario::Enqueue | Scenario::Limits | Scenario::Peers | Scenario::All => {}
         }
     }
     Ok(())
@@ -61,16 +70,22 @@ pub fn check(asked: Scenario, options: &Options) -> Result<()> {
 pub fn expected_time(quick: bool) -> String {
     let q = quick;
     format!(
-        "about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {}, limits {}, workflow {})",
-        if q { "1 minute" } else { "15 minutes" },
-        if q { "20 s" } else { "2 min" },
-        if q { "4 s" } else { "1 min" },
+        "about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {}, limits {}, workflow {}, peers {})",
+        if q { "1 minute" } else { "35 minutes" },
+        if q { "20 s" } else { "9 min" },
+        if q { "8 s" } else { "5 min" },
         if q { "seconds" } else { "2 min" },
         if q { "6 s" } else { "6 min" },
-        if q { "10 s" } else { "1 min" },
+        if q { "10 s" } else { "2 min" },
         if q { "10 s" } else { "3 min" },
         if q { "5 s" } else { "30 s" },
+        if q { "5 s" } else { "2 min" },
     )
+}
+
+/// How long [`Scenario::HeldSnapshot`] takes with `options`, roughly (`about 39 minutes`).
+pub fn held_snapshot_expected_time(options: &Options) -> String {
+    held::expected_time(options)
 }
 
 /// Runs `asked` (each scenario in scratch schemas named after `base`, dropped afterwards)
@@ -94,7 +109,8 @@ pub async fn run(
         ceiling: None,
     };
     let mut sections = Vec::new();
-    for &scenario in Scenario::EACH.iter().filter(|sc| asked.runs(**sc)) {
+    let started = std::time::Instant::now();
+    for scenario in Scenario::order().filter(|sc| asked.runs(*sc)) {
         let section = match scenario {
             Scenario::Throughput => throughput::run(&mut s).await?,
             Scenario::Latency => latency::run(&mut s).await?,
@@ -103,6 +119,8 @@ pub async fn run(
             Scenario::Footprint => footprint::run(&mut s).await?,
             Scenario::Processes => processes::run(&mut s).await?,
             Scenario::Limits => limits::run(&mut s).await?,
+            Scenario::Peers => peers::run(&mut s).await?,
+            Scenario::HeldSnapshot => held::run(&mut s).await?,
             Scenario::Workflow | Scenario::All => workflow::run(&mut s).await?,
         };
         s.observer.section(&section);
@@ -111,6 +129,7 @@ pub async fn run(
     Ok(Report {
         sections,
         targets: s.targets,
+        took: started.elapsed(),
     })
 }
 
@@ -167,6 +186,26 @@ mod tests {
                 "the processes scenario needs the program to start its workers from",
             ),
             (
+                Scenario::HeldSnapshot,
+                with(|o| o.duration = Some(std::time::Duration::ZERO)),
+                "--duration must be above 0",
+            ),
+            (
+                Scenario::HeldSnapshot,
+                with(|o| o.rate = Some(-1.0)),
+                "--rate must be above 0",
+            ),
+            (
+                Scenario::Footprint,
+                with(|o| o.plot = Some(PathBuf::from("plot.svg"))),
+                "--plot is for the held-snapshot scenario alone",
+            ),
+            (
+                Scenario::All,
+                with(|o| o.plot = Some(PathBuf::from("plot.svg"))),
+                "--plot is for the held-snapshot scenario alone",
+            ),
+            (
                 Scenario::Workflow,
                 with(|o| o.jobs = Some(99)),
                 "--jobs must be at least 100 for the workflow scenario",
@@ -189,8 +228,30 @@ mod tests {
             (Scenario::Throughput, with(|o| o.program = None)),
             (Scenario::History, with(|o| o.rate = Some(0.0))),
             (Scenario::All, with(|o| o.jobs = Some(100))),
+            (
+                Scenario::HeldSnapshot,
+                with(|o| o.plot = Some(PathBuf::from("plot.svg"))),
+            ),
         ] {
             assert!(check(asked, &options).is_ok(), "{asked:?} {options:?}");
         }
+    }
+
+    #[test]
+    fn every_scenario_has_its_place_and_all_leaves_out_the_held_snapshot() {
+        // The order is EACH, then the scenarios that run only when asked for by name.
+        let order: Vec<Scenario> = Scenario::order().collect();
+        assert_eq!(&order[..Scenario::EACH.len()], Scenario::EACH);
+        assert_eq!(&order[Scenario::EACH.len()..], &[Scenario::HeldSnapshot]);
+        for sc in order {
+            assert!(sc.runs(sc), "{sc:?} runs when asked for");
+            assert_eq!(
+                Scenario::All.runs(sc),
+                sc != Scenario::HeldSnapshot,
+                "{sc:?} under all"
+            );
+        }
+        assert!(!Scenario::HeldSnapshot.runs(Scenario::Footprint));
+        assert_eq!(Scenario::HeldSnapshot.name(), "held-snapshot");
     }
 }

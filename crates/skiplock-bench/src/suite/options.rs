@@ -27,8 +27,15 @@ pub enum Scenario {
     Limits,
     /// Workflows against plain jobs: enqueued in one call, and through a worker.
     Workflow,
+    /// skiplock's worker against graphile_worker (the bench crate's peer binary) on the same
+    /// cluster, in one run.
+    Peers,
     /// Every scenario above, in that order.
     All,
+    /// A worker at a steady offered rate while a transaction holds a snapshot for a long
+    /// time (30 minutes by default), and the highest rate sustained without one. Not part of
+    /// [`Scenario::All`]: it runs only when asked for by name.
+    HeldSnapshot,
 }
 
 impl Scenario {
@@ -42,6 +49,7 @@ impl Scenario {
         Scenario::Processes,
         Scenario::Limits,
         Scenario::Workflow,
+        Scenario::Peers,
     ];
 
     /// Its name, as `skiplock bench` takes it (`throughput`, ..., `all`).
@@ -55,13 +63,24 @@ impl Scenario {
             Scenario::Processes => "processes",
             Scenario::Limits => "limits",
             Scenario::Workflow => "workflow",
+            Scenario::Peers => "peers",
             Scenario::All => "all",
+            Scenario::HeldSnapshot => "held-snapshot",
         }
+    }
+
+    /// The scenarios that run only when asked for by name, after [`Scenario::EACH`].
+    pub const ALONE: &'static [Scenario] = &[Scenario::HeldSnapshot];
+
+    /// Every scenario a run may take, in the order they run: [`Scenario::EACH`], then
+    /// [`Scenario::ALONE`].
+    pub(super) fn order() -> impl Iterator<Item = Scenario> {
+        Scenario::EACH.iter().chain(Scenario::ALONE).copied()
     }
 
     /// Whether asking for `self` runs `scenario`.
     pub(super) fn runs(self, scenario: Scenario) -> bool {
-        self == Scenario::All || self == scenario
+        self == scenario || (self == Scenario::All && Scenario::EACH.contains(&scenario))
     }
 }
 
@@ -85,10 +104,12 @@ pub struct Options {
     /// Claims in flight with `concurrency` (default: automatic).
     pub claims_in_flight: Option<usize>,
     /// Offered jobs per second: one latency point instead of the 50/500/5000 sweep; when
-    /// the footprint scenario alone is asked for, its load (default 200).
+    /// the footprint scenario alone is asked for, its load (default 200); the held-snapshot
+    /// scenario's held run (default 1,000).
     pub rate: Option<f64>,
     /// How long each latency point runs (default 10 s); when the footprint scenario alone is
-    /// asked for, its steady phase (default 2 min).
+    /// asked for, its steady phase (default 2 min); how long the held-snapshot scenario
+    /// holds its snapshot (default 30 min).
     pub duration: Option<Duration>,
     /// Finished rows kept for the history scenario (empty: 0, 1,000,000 and 10,000,000).
     pub sizes: Vec<i64>,
@@ -97,6 +118,9 @@ pub struct Options {
     /// The `skiplock` command the processes scenario starts its workers from (`None`: that
     /// scenario is refused).
     pub program: Option<PathBuf>,
+    /// Where the held-snapshot scenario writes the SVG plot of its run (`None`: no plot;
+    /// refused with any other scenario).
+    pub plot: Option<PathBuf>,
 }
 
 impl Options {

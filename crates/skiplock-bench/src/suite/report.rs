@@ -33,12 +33,21 @@ pub struct Report {
     pub sections: Vec<Section>,
     /// The targets of the scenarios run, in their order.
     pub targets: Vec<Target>,
+    /// How long the scenarios took, from the first run to the last (wall time).
+    pub took: std::time::Duration,
 }
 
 impl Report {
     /// The report as docs/BENCHMARKS.md holds it: the head, each section, and the targets.
     pub fn markdown(&self, header: &Header) -> String {
         let mut md = header.markdown();
+        let secs = self.took.as_secs();
+        let _ = writeln!(
+            md,
+            "- the run took {} min {} s (wall time of the scenarios, after the build and the cluster's start)",
+            secs / 60,
+            secs % 60
+        );
         for s in &self.sections {
             let _ = write!(md, "\n## {}\n\n{}", s.title, s.table);
         }
@@ -121,8 +130,17 @@ impl Header {
             cores,
             memory,
         } = self;
+        // The held snapshot has a script and a document of its own.
+        let (title, script) = if command.starts_with("bench held-snapshot") {
+            (
+                "Benchmark: a held snapshot",
+                "scripts/bench-held-snapshot.sh",
+            )
+        } else {
+            ("Benchmarks", "scripts/bench.sh")
+        };
         format!(
-            "# Benchmarks\n\nProduced by `scripts/bench.sh` (which runs `skiplock {command}` against a throwaway \
+            "# {title}\n\nProduced by `{script}` (which runs `skiplock {command}` against a throwaway \
              cluster). Every figure below comes from that one run on one machine; compare ratios, not \
              absolute numbers, across machines.\n\n- skiplock {} (release build)\n- PostgreSQL {server} \
              (local, default settings)\n- {cores} cores ({cpu}), {memory} of memory; the database, the workers \
@@ -193,6 +211,7 @@ mod tests {
                 title: "Enqueue".into(),
                 table: "| mode |\n|---|\n| single |\n".into(),
             }],
+            took: std::time::Duration::from_secs(125),
             targets: vec![
                 Target {
                     what: "fast".into(),
@@ -211,7 +230,16 @@ mod tests {
         assert!(md.contains(
             "- PostgreSQL 15.4 (local, default settings)\n- 2 cores (a CPU), 4 GiB of memory;"
         ));
+        assert!(
+            md.contains("and the load generator share them\n- the run took 2 min 5 s (wall time")
+        );
         assert!(md.contains("\n## Enqueue\n\n| mode |\n|---|\n| single |\n\n## Targets\n\n"));
         assert!(md.ends_with("| target | measured | met |\n|---|---|---|\n| fast | 1 jobs/s | **no** |\n| see | x | see the table |\n"));
+        // The held snapshot's document names its own script.
+        let held = Header {
+            command: "bench held-snapshot --markdown --plot docs/held-snapshot.svg".into(),
+            ..header
+        };
+        assert!(held.markdown().starts_with("# Benchmark: a held snapshot\n\nProduced by `scripts/bench-held-snapshot.sh` (which runs `skiplock bench held-snapshot --markdown"));
     }
 }
