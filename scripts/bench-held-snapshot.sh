@@ -3,7 +3,8 @@
 # cluster and rewrites docs/HELD-SNAPSHOT.md and its plot, docs/held-snapshot.svg (a
 # "## Notes" section at the end of the Markdown is kept).
 #
-#   scripts/bench-held-snapshot.sh                  # 30 minutes held at 1,000 jobs/s: about 40 minutes
+#   scripts/bench-held-snapshot.sh                  # 30 minutes held at 1,000 jobs/s: about 40
+#                                                   # minutes, longer where enqueues fall behind
 #   scripts/bench-held-snapshot.sh --quick          # seconds, to check that it runs
 #   scripts/bench-held-snapshot.sh --rate 2000 --duration 10m
 set -euo pipefail

@@ -50,7 +50,8 @@ pub enum Scenario {
     /// worker at --rate (default 1,000 jobs/s) while a REPEATABLE READ transaction stays open
     /// for --duration (default 30m), a minute before and five after: jobs started against
     /// offered, pickup latency, dead tuples and table size over time, and the time back under
-    /// the footprint bound (about 40 minutes; --plot FILE writes an SVG of the run).
+    /// the footprint bound (about 40 minutes, longer where enqueues fall behind the offered
+    /// rate; --plot FILE writes an SVG of the run).
     HeldSnapshot,
 }
 
