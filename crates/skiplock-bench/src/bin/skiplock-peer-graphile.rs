@@ -15,10 +15,11 @@
 //! `{"jobs": N, "seconds": S, "jobs_per_s": R}`, timed from the worker's start to the empty
 //! table (wall time, start-up and drain detection included, as skiplock's worker figures).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graphile_worker::{
-    IntoTaskHandlerResult, LocalQueueConfig, TaskHandler, WorkerContext, WorkerOptions,
+    IntoTaskHandlerResult, LocalQueueConfig, TaskHandler, Worker, WorkerContext, WorkerOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -73,8 +74,29 @@ async fn run(args: &[String]) -> Result<(), Failure> {
     if poll_ms > 0 {
         options = options.poll_interval(Duration::from_millis(poll_ms));
     }
-    let result = async {
-        let worker = options.init().await?;
+    let result = match options.init().await {
+        Ok(worker) => drain(&client, &schema, jobs, Arc::new(worker)).await,
+        Err(e) => Err(e.into()),
+    };
+    drop_schema(&client, &schema).await?;
+    let secs = result?;
+    println!(
+        "{}",
+        serde_json::json!({"jobs": jobs, "seconds": secs, "jobs_per_s": jobs as f64 / secs.max(1e-9)})
+    );
+    Ok(())
+}
+
+/// Enqueues the jobs, runs the worker until its jobs table is empty, then stops it (gracefully
+/// if it can within 2 s) and closes its connections, so that none is still running a statement
+/// on the schema when it is dropped: the seconds from the worker's start to the empty table.
+async fn drain(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    jobs: i64,
+    worker: Arc<Worker>,
+) -> Result<f64, Failure> {
+    let timed = async {
         client
             .execute(
                 &format!(
@@ -85,31 +107,77 @@ async fn run(args: &[String]) -> Result<(), Failure> {
             .await?;
         let left = format!("SELECT count(*) FROM \"{schema}\"._private_jobs");
         let started = Instant::now();
-        let running = tokio::spawn(async move { worker.run().await });
-        loop {
+        let w = Arc::clone(&worker);
+        let running = tokio::spawn(async move { w.run().await });
+        let secs = loop {
             tokio::time::sleep(Duration::from_millis(10)).await;
             let n: i64 = client.query_one(&left, &[]).await?.get(0);
             if n == 0 {
-                break;
+                break Ok(started.elapsed().as_secs_f64());
             }
             if running.is_finished() {
-                return Err::<f64, Failure>("the worker stopped before its jobs were done".into());
+                break Err::<f64, Failure>("the worker stopped before its jobs were done".into());
             }
-        }
-        let secs = started.elapsed().as_secs_f64();
-        running.abort();
-        Ok(secs)
+        };
+        Ok::<_, Failure>((secs, Some(running)))
     }
     .await;
-    client
-        .execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"), &[])
-        .await?;
-    let secs = result?;
-    println!(
-        "{}",
-        serde_json::json!({"jobs": jobs, "seconds": secs, "jobs_per_s": jobs as f64 / secs.max(1e-9)})
-    );
-    Ok(())
+    worker.request_shutdown();
+    let (secs, running) = match timed {
+        Ok((secs, running)) => (secs, running),
+        Err(e) => (Err(e), None),
+    };
+    // A graceful stop, bounded: at concurrency 200 without a local queue its fetchers can wait
+    // on its pool for longer than the run took; then the task is aborted.
+    let stopped = match running {
+        Some(mut running) => {
+            match tokio::time::timeout(Duration::from_secs(2), &mut running).await {
+                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Err(e))) => Err::<(), Failure>(e.into()),
+                Ok(Err(e)) => Err(e.into()),
+                Err(_) => {
+                    running.abort();
+                    let _ = running.await;
+                    Ok(())
+                }
+            }
+        }
+        None => Ok(()),
+    };
+    // Closing waits for connections still in use; a fetcher stuck waiting on the pool would
+    // hold it for the pool's 30 s timeout, so the wait is bounded (the drop retries instead).
+    if let Some(pool) = worker.try_pg_pool() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), pool.close()).await;
+    }
+    match (secs, stopped) {
+        // Every job done: the time stands, whatever the stop said.
+        (Ok(secs), _) => Ok(secs),
+        // The worker's own error says more than "stopped before its jobs were done".
+        (Err(_), Err(e)) | (Err(e), Ok(())) => Err(e),
+    }
+}
+
+/// Drops the peer's schema, again after a deadlock or a lock wait past 10 s (a backend of the
+/// worker's that is still closing may hold one of its objects for a moment).
+async fn drop_schema(client: &tokio_postgres::Client, schema: &str) -> Result<(), Failure> {
+    let sql = format!("SET lock_timeout = '10s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+    let mut tries = 0;
+    loop {
+        match client.batch_execute(&sql).await {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if tries < 5
+                    && (e.code()
+                        == Some(&tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
+                        || e.code()
+                            == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)) =>
+            {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[tokio::main]
@@ -118,7 +186,14 @@ async fn main() -> std::process::ExitCode {
     match run(&args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("skiplock-peer-graphile: {e}");
+            // Every cause in the chain: a database error's own message is in its source.
+            let mut line = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                line.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            eprintln!("skiplock-peer-graphile: {line}");
             std::process::ExitCode::FAILURE
         }
     }
