@@ -571,7 +571,14 @@ pub async fn latency_floor(
     let claim = raw
         .prepare_typed(
             s.client.statement(skiplock::Statement::Claim),
-            &[Type::TEXT, Type::INT8, Type::INT8],
+            &[
+                Type::TEXT,
+                Type::INT8,
+                Type::INT8,
+                Type::INT2,
+                Type::TIMESTAMPTZ,
+                Type::INT8,
+            ],
         )
         .await
         .map_err(Error::db(OP))?;
@@ -620,7 +627,17 @@ pub async fn latency_floor(
                 while wake.try_recv().is_ok() {}
                 loop {
                     let rows = raw
-                        .query(&claim, &[&QUEUE, &batch, &LEASE_US])
+                        .query(
+                            &claim,
+                            &[
+                                &QUEUE,
+                                &batch,
+                                &LEASE_US,
+                                &db::FRONT.0,
+                                &db::FRONT.1,
+                                &db::FRONT.2,
+                            ],
+                        )
                         .await
                         .map_err(Error::db(OP))?;
                     let now = Instant::now();

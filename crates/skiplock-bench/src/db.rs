@@ -97,9 +97,13 @@ pub(crate) async fn status<C: GenericClient + Sync>(
         .collect()
 }
 
+/// Where a claim from the front of the queue starts (`$4, $5, $6` of `job_claim.sql`: the
+/// least priority, `-infinity` as NULL, the least id): before every job.
+pub(crate) const FRONT: (i16, Option<std::time::SystemTime>, i64) = (i16::MIN, None, i64::MIN);
+
 /// The queue's own claim (`claim`: skiplock's [`Statement::Claim`](skiplock::Statement::Claim)
-/// text), unnamed with its parameter types as the worker sends it; returns `(id, attempts)`
-/// of each job taken.
+/// text), unnamed with its parameter types as the worker sends it, from the front of the
+/// queue ([`FRONT`]); returns `(id, attempts)` of each job taken.
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
     claim: &str,
@@ -114,6 +118,9 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
                 (&queue, Type::TEXT),
                 (&limit, Type::INT8),
                 (&lease_us, Type::INT8),
+                (&FRONT.0, Type::INT2),
+                (&FRONT.1, Type::TIMESTAMPTZ),
+                (&FRONT.2, Type::INT8),
             ],
         )
         .await?;

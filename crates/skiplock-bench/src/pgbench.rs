@@ -113,16 +113,20 @@ pub fn find() -> Option<PathBuf> {
 fn claim_command(client: &Client) -> Result<String> {
     const TAIL: &str = "\nSELECT * FROM claimed\nUNION ALL\n";
     let claim = client.statement(skiplock::Statement::Claim);
-    if !claim.contains(TAIL) || claim.contains("$4") {
+    if !claim.contains(TAIL) || claim.contains("$7") {
         return Err(Error::refused(
-            "job_claim.sql no longer ends with `SELECT * FROM claimed UNION ALL …` over three \
+            "job_claim.sql no longer ends with `SELECT * FROM claimed UNION ALL …` over six \
              parameters: the pgbench script cannot wrap it (see the bench's pgbench module)",
         ));
     }
+    // From the front of the queue, as the worker claims unless that has become slow.
     let claim = claim
         .replace("$1", ":queue")
         .replace("$2", ":batch")
         .replace("$3", ":lease")
+        .replace("$4", "(-32768)")
+        .replace("$5", "NULL")
+        .replace("$6", "(-9223372036854775808)")
         .replacen(TAIL, "\n, got AS (SELECT * FROM claimed\nUNION ALL\n", 1);
     Ok(format!(
         "{claim}\n)\nSELECT coalesce(array_agg(id ORDER BY id), '{{}}')::text AS ids,\n       \

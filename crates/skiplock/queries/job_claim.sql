@@ -23,6 +23,13 @@
 -- row lock. Both branches test the queue's row once per claim (one-time filters): exactly
 -- one of them runs, and an unlimited queue's claim has the plan and cost it had before.
 -- Held jobs (waiting for their turn in a sequence) are outside the ready index.
+--
+-- ($4, $5, $6) is where the scan starts: only jobs whose (priority, run_at, id) comes after
+-- it. A claim from the front passes the least key (-32768, NULL for -infinity, the least
+-- int8), which every row is after; the worker passes the last key it claimed while a claim from the front
+-- has become slow (a held snapshot keeps the index entries of every job claimed since it
+-- began, and the scan walks them all), and claims from the front again at least once a
+-- second (`worker::position`). The bound is a range of the ready index, not a filter.
 WITH next AS MATERIALIZED (
   SELECT id
   FROM {schema}.jobs
@@ -31,6 +38,7 @@ WITH next AS MATERIALIZED (
     AND held IS NULL
     AND run_at <= now()
     AND attempts < max_attempts
+    AND (priority, run_at, id) > ($4::int2, coalesce($5::timestamptz, '-infinity'), $6::int8)
     AND NOT EXISTS (SELECT 1 FROM {schema}.queues q WHERE q.name = $1 AND (q.paused OR q.limited))
   ORDER BY priority, run_at, id
   LIMIT $2

@@ -12,6 +12,7 @@
 -- Held jobs (waiting for their turn in a sequence) never become ready by time alone.
 -- `bound` is the queue's limit_bound ('slots', 'rate' or NULL; NULL while paused), so that a
 -- draining worker waits for a limit rather than taking it for an empty queue.
+-- ($2, $3, $4) is where the worker's claims start (see job_claim.sql): only jobs after it.
 WITH q AS (
   SELECT coalesce(bool_or(paused), false) AS paused,
          coalesce(bool_or(limit_bound = 'slots'), false) AS slots_bound,
@@ -22,6 +23,7 @@ WITH q AS (
   SELECT min(run_at) AS run_at
   FROM {schema}.jobs
   WHERE queue = $1 AND status = 'queued' AND held IS NULL AND attempts < max_attempts
+    AND (priority, run_at, id) > ($2::int2, coalesce($3::timestamptz, '-infinity'), $4::int8)
     AND NOT EXISTS (SELECT 1 FROM {schema}.queues p WHERE p.name = $1 AND p.paused)
 )
 SELECT CASE

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 
-use crate::db::job::{Finish, Verdict, Written};
+use crate::db::job::{After, Finish, Verdict, Written};
 use crate::tls::Connector;
 
 use crate::caller_tx::Executor;
@@ -378,7 +378,7 @@ impl Client {
         }
         let conn = self.conn("claim jobs").await?;
         self.store()
-            .job_claim(&conn, queue, i64::from(limit), lease_us)
+            .job_claim(&conn, queue, i64::from(limit), lease_us, &After::FRONT)
             .await
     }
 

@@ -140,12 +140,14 @@ impl Store {
 
     /// `job_claim.sql`: claims up to `limit` ready jobs of `queue` on a pooled connection
     /// (a prepared statement cached on it when prepared statements are on), in claim order.
+    /// Only jobs after `after` ([`After::FRONT`]: all of them).
     pub(crate) async fn job_claim(
         &self,
         conn: &Object,
         queue: &str,
         limit: i64,
         lease_us: i64,
+        after: &After,
     ) -> Result<Vec<ClaimedJob>> {
         claim(
             &***conn,
@@ -154,6 +156,7 @@ impl Store {
             queue,
             limit,
             lease_us,
+            after,
         )
         .await
         .map_err(Error::db("claim jobs"))
@@ -299,10 +302,19 @@ impl Store {
         &self,
         c: &C,
         queue: &str,
+        after: &After,
     ) -> Result<(Option<i64>, bool, Option<String>)> {
         async {
             let row = c
-                .query_typed_one(&self.sql.next_run_at, &[(&queue, Type::TEXT)])
+                .query_typed_one(
+                    &self.sql.next_run_at,
+                    &[
+                        (&queue, Type::TEXT),
+                        (&after.priority, Type::INT2),
+                        (&after.run_at, Type::TIMESTAMPTZ),
+                        (&after.id, Type::INT8),
+                    ],
+                )
                 .await?;
             Ok((
                 row.try_get("wait_us")?,
@@ -453,8 +465,45 @@ pub(crate) async fn insert_many<C: GenericClient + Sync>(
     rows.iter().map(|r| Ok(JobId(r.try_get(0)?))).collect()
 }
 
-/// Claims up to `limit` ready jobs of `queue`, in claim order: what [`Store::job_claim`]
-/// runs, and what the lab and the benchmark run on connections of their own.
+/// Where a claim's scan of the ready index starts: only jobs whose claim order
+/// (priority, run_at, id) comes after this key (`$4, $5, $6` of `job_claim.sql`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct After {
+    pub(crate) priority: i16,
+    /// `None` is `-infinity`.
+    pub(crate) run_at: Option<SystemTime>,
+    pub(crate) id: i64,
+}
+
+impl After {
+    /// Before every job: a claim from the front of the queue.
+    pub(crate) const FRONT: After = After {
+        priority: i16::MIN,
+        run_at: None,
+        id: i64::MIN,
+    };
+
+    /// A bound `by` earlier than this key: its priority, `run_at - by`, and any id.
+    pub(crate) fn lagged(self, by: std::time::Duration) -> After {
+        After {
+            priority: self.priority,
+            run_at: self.run_at.map(|t| t.checked_sub(by).unwrap_or(t)),
+            id: i64::MIN,
+        }
+    }
+
+    /// The key of a claimed job.
+    pub(crate) fn of(job: &ClaimedJob) -> After {
+        After {
+            priority: job.priority,
+            run_at: Some(job.run_at),
+            id: job.id.0,
+        }
+    }
+}
+
+/// Claims up to `limit` ready jobs of `queue` after `after`, in claim order: what
+/// [`Store::job_claim`] runs.
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
@@ -462,6 +511,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     queue: &str,
     limit: i64,
     lease_us: i64,
+    after: &After,
 ) -> Result<Vec<ClaimedJob>, PgError> {
     let rows = rows(
         c,
@@ -471,6 +521,9 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
             (&queue, Type::TEXT),
             (&limit, Type::INT8),
             (&lease_us, Type::INT8),
+            (&after.priority, Type::INT2),
+            (&after.run_at, Type::TIMESTAMPTZ),
+            (&after.id, Type::INT8),
         ],
     )
     .await?;

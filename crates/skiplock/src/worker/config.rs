@@ -91,6 +91,9 @@ pub struct WorkerConfig {
     pub presence_interval: Duration,
     /// A test seam: every queue's claim loop panics at its start.
     pub(crate) panic_in_claim_loop: bool,
+    /// A test seam: claims start where the last one ended from the start (see
+    /// `worker::position`), not only once a claim from the front has become slow.
+    pub(crate) claim_positions: bool,
 }
 
 impl WorkerConfig {
@@ -245,6 +248,7 @@ impl Default for WorkerConfig {
             metrics_gauges_interval: None,
             presence_interval: Self::DEFAULT_PRESENCE_INTERVAL,
             panic_in_claim_loop: false,
+            claim_positions: false,
         }
     }
 }
@@ -361,6 +365,16 @@ impl WorkerBuilder {
     #[cfg(feature = "__test-hooks")]
     pub fn panic_in_claim_loop_for_tests(mut self) -> Self {
         self.cfg.panic_in_claim_loop = true;
+        self
+    }
+
+    /// For tests of claim positions; never use it: every claim starts where the last one
+    /// ended, and from the front only once a second, as when a snapshot held open on the
+    /// server has made claims from the front slow.
+    #[doc(hidden)]
+    #[cfg(feature = "__test-hooks")]
+    pub fn claim_positions_for_tests(mut self) -> Self {
+        self.cfg.claim_positions = true;
         self
     }
 

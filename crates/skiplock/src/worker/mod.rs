@@ -20,6 +20,7 @@ mod listener;
 #[cfg(feature = "testing")]
 mod one;
 mod outbox;
+mod position;
 pub(crate) mod presence;
 mod producer;
 mod reply;

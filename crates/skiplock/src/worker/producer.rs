@@ -23,7 +23,9 @@ use tokio::time::Instant;
 use super::backoff::backoff;
 use super::events::WorkerEvent;
 use super::executor;
+use super::position::Position;
 use super::state::{Counters, QueueSlot, Shared};
+use crate::db::job::After;
 use crate::error::{error_chain, Error};
 use crate::job::ClaimedJob;
 use crate::metrics as m;
@@ -41,8 +43,15 @@ pub(crate) enum Mode {
     UntilIdle,
 }
 
-/// What a claim task returns: how many it asked for, the slots it holds, and the jobs.
-type Claimed = (u32, OwnedSemaphorePermit, Result<Vec<ClaimedJob>, Error>);
+/// What a claim task returns: how many it asked for, the slots it holds, where it started,
+/// its statement's time, and the jobs.
+type Claimed = (
+    u32,
+    OwnedSemaphorePermit,
+    After,
+    Duration,
+    Result<Vec<ClaimedJob>, Error>,
+);
 
 pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     // The test seam of `WorkerBuilder::panic_in_claim_loop_for_tests`.
@@ -54,6 +63,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut jobs: JoinSet<()> = JoinSet::new();
     let mut claims: JoinSet<Claimed> = JoinSet::new();
     let mut lookup = Lookup::default();
+    let mut position = Position::new(shared.cfg.claim_positions);
     let max_in_flight = shared.cfg.claims_in_flight_for(slot.concurrency);
     // Each claim asks for at most this many: the batch, or the queue's share per claim.
     let chunk = shared
@@ -93,10 +103,11 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                 break;
             };
             claim_now = false;
+            let from = position.next(Instant::now());
             let (shared, slot) = (shared.clone(), slot.clone());
             claims.spawn(async move {
-                let r = claim(&shared, &slot, want).await;
-                (want, permits, r)
+                let (cost, r) = claim(&shared, &slot, want, &from).await;
+                (want, permits, from, cost, r)
             });
             if !backlog {
                 break;
@@ -123,7 +134,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         tokio::select! {
             () = shared.stop_claiming.cancelled() => break,
             Some(done) = claims.join_next(), if !claims.is_empty() => {
-                let Ok((want, permits, result)) = done else {
+                let Ok((want, permits, from, cost, result)) = done else {
                     // A claim task panicked (it cannot: no unwrap on its path) or was
                     // aborted: its slots came back with its permits; claim again.
                     claim_now = true;
@@ -133,9 +144,16 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                     Ok(claimed) => {
                         failures = 0;
                         let got = u32::try_from(claimed.len()).unwrap_or(u32::MAX);
+                        position.claimed(&slot.name, from, cost, &claimed);
                         start(&shared, &slot, claimed, permits, &mut jobs);
                         backlog = got == want;
-                        found_nothing = got == 0;
+                        // Only a claim from the front finds a queue empty: one from the
+                        // position asks for one from the front next, draining.
+                        found_nothing = got == 0 && from == After::FRONT;
+                        if got == 0 && from != After::FRONT && mode == Mode::UntilIdle {
+                            position.front_next();
+                            claim_now = true;
+                        }
                         // Draining: a queue whose limit held its jobs back is not empty;
                         // wait for the limit (a freed slot's notification, the rate window,
                         // or a look again shortly) instead of stopping.
@@ -147,7 +165,13 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                         }
                         next_poll = shared.poll_interval().map(|p| Instant::now() + p);
                         if mode == Mode::Serve && !backlog {
-                            lookup.want(&shared, &slot);
+                            lookup.want(&shared, &slot, position.lookup());
+                            // Short from the key: the claim from the front when it is due.
+                            if from != After::FRONT {
+                                if let Some(at) = position.front_due() {
+                                    due = Some(due.map_or(at, |d| d.min(at)));
+                                }
+                            }
                         }
                     }
                     Err(e) => {
@@ -182,12 +206,12 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                     due = Some(due.map_or(at, |d| d.min(at)));
                 }
                 if std::mem::take(&mut lookup.again) {
-                    lookup.want(&shared, &slot);
+                    lookup.want(&shared, &slot, position.lookup());
                 }
             }
             () = sleep_until(lookup.deferred) => {
                 lookup.deferred = None;
-                lookup.want(&shared, &slot);
+                lookup.want(&shared, &slot, position.lookup());
             }
             () = sleep_until(paused_until) => {
                 paused_until = None;
@@ -205,7 +229,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     // running jobs finish (or are cancelled at the deadline by the executor).
     lookup.running.abort_all();
     while let Some(done) = claims.join_next().await {
-        if let Ok((_, permits, Ok(claimed))) = done {
+        if let Ok((_, permits, _, _, Ok(claimed))) = done {
             start(&shared, &slot, claimed, permits, &mut jobs);
         }
     }
@@ -219,16 +243,26 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-/// Claims up to `want` jobs on a connection of its own; records the claim's metrics.
-async fn claim(shared: &Shared, slot: &QueueSlot, want: u32) -> Result<Vec<ClaimedJob>, Error> {
+/// Claims up to `want` jobs after `from` on a connection of its own; records the claim's
+/// metrics. Returns the time of the claim's statement (without waiting for a connection).
+async fn claim(
+    shared: &Shared,
+    slot: &QueueSlot,
+    want: u32,
+    from: &After,
+) -> (Duration, Result<Vec<ClaimedJob>, Error>) {
     let started = std::time::Instant::now();
+    let mut cost = Duration::ZERO;
     let result = async {
         let conn = shared.client.conn("claim jobs").await?;
-        shared
+        let sent = std::time::Instant::now();
+        let r = shared
             .client
             .store()
-            .job_claim(&conn, &slot.name, i64::from(want), shared.lease_us)
-            .await
+            .job_claim(&conn, &slot.name, i64::from(want), shared.lease_us, from)
+            .await;
+        cost = sent.elapsed();
+        r
     }
     .await;
     let queue = || slot.name.clone();
@@ -252,7 +286,7 @@ async fn claim(shared: &Shared, slot: &QueueSlot, want: u32) -> Result<Vec<Claim
         }
         Err(_) => counter!(m::CLAIM_ERRORS, "queue" => queue()).increment(1),
     }
-    result
+    (cost, result)
 }
 
 /// Starts the claimed jobs, each with one of the slots its claim took (the slots left over
@@ -306,7 +340,7 @@ async fn held_back(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
     let (wait, _, bound) = shared
         .client
         .store()
-        .job_next_run_at(&**conn, &slot.name)
+        .job_next_run_at(&**conn, &slot.name, &After::FRONT)
         .await
         .ok()?;
     let retry = Duration::from_millis(250);
@@ -340,7 +374,8 @@ struct Lookup {
 }
 
 impl Lookup {
-    fn want(&mut self, shared: &Arc<Shared>, slot: &Arc<QueueSlot>) {
+    /// `after`: where the queue's claims start.
+    fn want(&mut self, shared: &Arc<Shared>, slot: &Arc<QueueSlot>, after: After) {
         if !self.running.is_empty() {
             self.again = true;
             return;
@@ -356,20 +391,21 @@ impl Lookup {
         self.deferred = None;
         let (shared, slot) = (shared.clone(), slot.clone());
         self.running
-            .spawn(async move { next_due(&shared, &slot).await });
+            .spawn(async move { next_due(&shared, &slot, &after).await });
     }
 }
 
 /// After a short claim: when the next queued job of this queue becomes ready, by the
 /// database's clock, so that scheduled jobs and retries start on time even with no poll;
-/// never while the queue is paused (which it also learns here).
-async fn next_due(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
+/// never while the queue is paused (which it also learns here). Only jobs after `after`,
+/// where the claims start.
+async fn next_due(shared: &Shared, slot: &QueueSlot, after: &After) -> Option<Instant> {
     let epoch = slot.pause.epoch();
     let conn = shared.client.conn("look up the next due job").await.ok()?;
     match shared
         .client
         .store()
-        .job_next_run_at(&**conn, &slot.name)
+        .job_next_run_at(&**conn, &slot.name, after)
         .await
     {
         Ok((wait, paused, _)) => {

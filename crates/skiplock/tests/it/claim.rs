@@ -7,7 +7,7 @@ use std::time::Duration;
 use skiplock::{NewJob, Statement};
 use tokio_postgres::types::Type;
 
-use crate::support::setup;
+use crate::support::{setup, FRONT};
 
 /// SKIP LOCKED: while the first claimer's transaction still holds job 1, the second claimer
 /// gets job 2 at once.
@@ -30,6 +30,9 @@ async fn skip_locked_returns_another_job_at_once() {
                 (&queue, Type::TEXT),
                 (&one, Type::INT8),
                 (&lease, Type::INT8),
+                (&FRONT.0, Type::INT2),
+                (&FRONT.1, Type::TIMESTAMPTZ),
+                (&FRONT.2, Type::INT8),
             ],
         )
         .await
@@ -75,6 +78,9 @@ async fn claim_plan_uses_the_ready_index() {
                 (&queue, Type::TEXT),
                 (&limit, Type::INT8),
                 (&lease, Type::INT8),
+                (&FRONT.0, Type::INT2),
+                (&FRONT.1, Type::TIMESTAMPTZ),
+                (&FRONT.2, Type::INT8),
             ],
         )
         .await
@@ -95,4 +101,139 @@ async fn claim_plan_uses_the_ready_index() {
         pos("Index Scan using jobs_ready_idx"),
     );
     assert!(limit_at < lock_at && lock_at < scan_at, "{text}");
+}
+
+/// The claim's `$4, $5, $6`: a claim from a key (where the worker's last claim ended) takes
+/// only the jobs after it in claim order, and scans the ready index from there; a claim from
+/// the front takes a job placed before the key. Under a snapshot held open on another
+/// connection, the claim from the front walks the entries of every job claimed since (the
+/// negative control: what the key saves), the claim from the key does not.
+#[tokio::test]
+async fn a_claim_from_a_key_takes_only_later_jobs_and_skips_what_a_held_snapshot_keeps() {
+    let b = setup().await;
+    let sql = b.client.statement(Statement::Claim).to_owned();
+    let claim = |limit: i64, key: (i16, Option<std::time::SystemTime>, i64)| {
+        let sql = sql.clone();
+        let raw = &b.raw;
+        async move {
+            raw.query_typed(
+                &sql,
+                &[
+                    (&"default", Type::TEXT),
+                    (&limit, Type::INT8),
+                    (&300_000_000i64, Type::INT8),
+                    (&key.0, Type::INT2),
+                    (&key.1, Type::TIMESTAMPTZ),
+                    (&key.2, Type::INT8),
+                ],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, i16>("priority"),
+                    Some(r.get::<_, std::time::SystemTime>("run_at")),
+                    r.get::<_, i64>("id"),
+                )
+            })
+            .collect::<Vec<_>>()
+        }
+    };
+    let jobs: Vec<NewJob> = (0..10).map(|i| NewJob::new("k", &i)).collect();
+    let ids = b.client.enqueue_many(&jobs).await.unwrap();
+    let mut first = claim(3, FRONT).await;
+    first.sort();
+    assert_eq!(
+        first.iter().map(|k| k.2).collect::<Vec<_>>(),
+        ids[..3].iter().map(|i| i.0).collect::<Vec<_>>()
+    );
+    let key = first[2];
+    // Placed before the key: a higher priority.
+    let urgent = b
+        .client
+        .enqueue(&NewJob::new("k", &"urgent").priority(-1))
+        .await
+        .unwrap();
+    let mut rest = claim(100, key).await;
+    rest.sort();
+    assert_eq!(
+        rest.iter().map(|k| k.2).collect::<Vec<_>>(),
+        ids[3..].iter().map(|i| i.0).collect::<Vec<_>>(),
+        "from the key: the later jobs, not the urgent one before it"
+    );
+    assert!(claim(100, rest[6]).await.is_empty());
+    let front = claim(100, FRONT).await;
+    assert_eq!(front.len(), 1);
+    assert_eq!(
+        front[0].2, urgent.0,
+        "from the front: the job before the key"
+    );
+
+    // A held snapshot, then 5,000 jobs claimed and finished past it.
+    let jobs: Vec<NewJob> = (0..5_030).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let mut holder = b.db.connect().await.unwrap();
+    let held = holder
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    held.query_one("SELECT 1", &[]).await.unwrap();
+    let mut last = FRONT;
+    for _ in 0..50 {
+        let got = claim(100, FRONT).await;
+        last = last.max(got.iter().copied().max().unwrap());
+    }
+    b.raw
+        .batch_execute(
+            "UPDATE jobs SET status = 'done', finished_at = now() WHERE status = 'running'",
+        )
+        .await
+        .unwrap();
+    // The ready index's entries a claim reads (dead ones too), counted by the server for
+    // the transaction the claim runs in (rolled back, so each starts from the same table).
+    let entries = |key: (i16, Option<std::time::SystemTime>, i64)| {
+        let sql = sql.clone();
+        let db = &b.db;
+        async move {
+            let mut c = db.connect().await.unwrap();
+            let tx = c.transaction().await.unwrap();
+            tx.batch_execute(&format!("SET LOCAL search_path = \"{}\"", db.schema()))
+                .await
+                .unwrap();
+            let plan: Vec<String> = tx
+                .query(
+                    &format!("EXPLAIN (ANALYZE, COSTS OFF) {sql}"),
+                    &[&"default", &10i64, &300_000_000i64, &key.0, &key.1, &key.2],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let read: i64 = tx
+                .query_one(
+                    "SELECT pg_stat_get_xact_tuples_returned('jobs_ready_idx'::regclass)",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            tx.rollback().await.unwrap();
+            (read, plan.join("\n"))
+        }
+    };
+    let (from_front, _) = entries(FRONT).await;
+    let (from_key, plan) = entries(last).await;
+    assert!(
+        plan.contains("ROW(priority, run_at, id) >"),
+        "the key bounds the index scan: {plan}"
+    );
+    assert!(
+        from_front >= 5_000 && from_key <= 100,
+        "index entries read from the front {from_front}, from the key {from_key}"
+    );
+    held.rollback().await.unwrap();
 }

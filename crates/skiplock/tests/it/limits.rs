@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use skiplock::{Client, JobContext, JobError, JobOptions, NewJob, QueueLimits, Registry, Worker};
 use tokio::sync::oneshot;
 
-use crate::support::{setup, Bundle};
+use crate::support::{setup, Bundle, FRONT};
 use crate::worker::client;
 
 /// What a handler saw: per key, how many of its jobs ran at once at most; overall, likewise;
@@ -641,7 +641,7 @@ async fn buffers_of(b: &Bundle, claim: &str, queue: &str) -> i64 {
         .raw
         .query(
             &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"),
-            &[&queue, &10i64, &30_000_000i64],
+            &[&queue, &10i64, &30_000_000i64, &FRONT.0, &FRONT.1, &FRONT.2],
         )
         .await
         .unwrap();
@@ -752,7 +752,17 @@ async fn a_claim_that_marks_its_queue_full_wakes_it_once_so_no_freed_slot_is_mis
         .unwrap();
     let tx = conn.transaction().await.unwrap();
     let got = tx
-        .query(&claim, &[&"default", &5i64, &30_000_000i64])
+        .query(
+            &claim,
+            &[
+                &"default",
+                &5i64,
+                &30_000_000i64,
+                &FRONT.0,
+                &FRONT.1,
+                &FRONT.2,
+            ],
+        )
         .await
         .unwrap();
     assert!(got.is_empty());
@@ -1209,9 +1219,19 @@ async fn the_sql_functions_keep_index_plans_after_the_table_grows() {
             ))
             .await
             .unwrap();
-            raw.query(&claim, &[&"default", &5i64, &30_000_000i64])
-                .await
-                .unwrap();
+            raw.query(
+                &claim,
+                &[
+                    &"default",
+                    &5i64,
+                    &30_000_000i64,
+                    &FRONT.0,
+                    &FRONT.1,
+                    &FRONT.2,
+                ],
+            )
+            .await
+            .unwrap();
         }
     };
     for i in 0..10 {

@@ -483,6 +483,12 @@ async fn health_dead_tuples_rise_while_a_transaction_is_open_and_fall_after() {
             (&"default", tokio_postgres::types::Type::TEXT),
             (&1i64, tokio_postgres::types::Type::INT8),
             (&60_000_000i64, tokio_postgres::types::Type::INT8),
+            (&i16::MIN, tokio_postgres::types::Type::INT2),
+            (
+                &None::<std::time::SystemTime>,
+                tokio_postgres::types::Type::TIMESTAMPTZ,
+            ),
+            (&i64::MIN, tokio_postgres::types::Type::INT8),
         ],
     )
     .await

@@ -13,7 +13,7 @@ use serde_json::Value;
 use skiplock::{NewJob, Statement};
 use tokio_postgres::types::ToSql;
 
-use crate::support::{setup, Bundle};
+use crate::support::{setup, Bundle, FRONT};
 
 pub(crate) const N: usize = 4_000;
 
@@ -208,7 +208,14 @@ async fn claim_reap_and_prune_stay_linear_with_stale_statistics() {
             &mut b,
             "job_claim.sql",
             &claim,
-            &[&"default", &batch, &300_000_000i64],
+            &[
+                &"default",
+                &batch,
+                &300_000_000i64,
+                &FRONT.0,
+                &FRONT.1,
+                &FRONT.2,
+            ],
             batch as usize,
         )
         .await;
@@ -314,7 +321,7 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
             &mut b,
             "job_claim.sql",
             &claim,
-            &[&"default", &batch, &lease],
+            &[&"default", &batch, &lease, &FRONT.0, &FRONT.1, &FRONT.2],
             batch as usize,
         )
         .await;
@@ -322,8 +329,20 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
         // running, so that both see the same table; planned again if an autoanalyze of
         // another test's table moved the estimates in between).
         for attempt in 1..=3 {
-            let with = explain(&mut b, "COSTS", &claim, &[&"default", &batch, &lease]).await;
-            let without = explain(&mut b, "COSTS", &unchecked, &[&"default", &batch, &lease]).await;
+            let with = explain(
+                &mut b,
+                "COSTS",
+                &claim,
+                &[&"default", &batch, &lease, &FRONT.0, &FRONT.1, &FRONT.2],
+            )
+            .await;
+            let without = explain(
+                &mut b,
+                "COSTS",
+                &unchecked,
+                &[&"default", &batch, &lease, &FRONT.0, &FRONT.1, &FRONT.2],
+            )
+            .await;
             assert_eq!(shape(&with), shape(&without), "{with:#}\n{without:#}");
             let mut all = Vec::new();
             nodes(&with, false, &mut all);
@@ -359,7 +378,13 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
         }
 
         // Run: the probe runs once, under an InitPlan.
-        let ran = explain(&mut b, "ANALYZE", &claim, &[&"default", &batch, &lease]).await;
+        let ran = explain(
+            &mut b,
+            "ANALYZE",
+            &claim,
+            &[&"default", &batch, &lease, &FRONT.0, &FRONT.1, &FRONT.2],
+        )
+        .await;
         let mut all = Vec::new();
         nodes(&ran, false, &mut all);
         let probes: Vec<&(Value, bool)> = all
@@ -388,7 +413,13 @@ async fn the_pause_check_runs_once_per_claim_with_stale_statistics() {
         .pause_queue("default", Some("plans"))
         .await
         .unwrap();
-    let ran = explain(&mut b, "ANALYZE", &claim, &[&"default", &1_000i64, &lease]).await;
+    let ran = explain(
+        &mut b,
+        "ANALYZE",
+        &claim,
+        &[&"default", &1_000i64, &lease, &FRONT.0, &FRONT.1, &FRONT.2],
+    )
+    .await;
     let mut all = Vec::new();
     nodes(&ran, false, &mut all);
     for (n, init) in &all {

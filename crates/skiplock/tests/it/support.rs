@@ -112,3 +112,7 @@ impl Listener {
             .expect("listener connection closed")
     }
 }
+
+/// `$4, $5, $6` of `job_claim.sql` for a claim from the front of the queue (the least
+/// priority, `-infinity` as NULL, the least id).
+pub(crate) const FRONT: (i16, Option<std::time::SystemTime>, i64) = (i16::MIN, None, i64::MIN);

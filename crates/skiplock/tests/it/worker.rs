@@ -1150,3 +1150,96 @@ async fn a_kind_without_a_handler_costs_no_attempt_and_waits_for_a_worker_that_h
     let q = health.queues.iter().find(|q| q.queue == "default").unwrap();
     assert_eq!((q.done, q.unserved), (1, 0));
 }
+
+/// Claim positions (a held snapshot made claims from the front slow; forced here): a job
+/// placed before where the claims start (a higher priority) still runs, exactly once:
+/// draining takes only an empty claim from the front for an empty queue, and serving claims
+/// from the front at least once a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_claim_positions_a_job_before_the_position_still_runs_once() {
+    let b = setup().await;
+    let runs: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let registry = || {
+        let (runs, client) = (runs.clone(), b.client.clone());
+        Registry::new().register_handler(
+            "k",
+            JobOptions::default(),
+            move |p: String, ctx: JobContext| {
+                let (runs, client) = (runs.clone(), client.clone());
+                async move {
+                    *runs.lock().unwrap().entry(ctx.id.0).or_default() += 1;
+                    // The first job places an urgent one before every later job.
+                    if p.contains("first") {
+                        client
+                            .enqueue(&NewJob::new("k", &"urgent").priority(-5))
+                            .await
+                            .map_err(JobError::retry)?;
+                    }
+                    Ok::<(), JobError>(())
+                }
+            },
+        )
+    };
+    let mut jobs = vec![NewJob::new("k", &"first")];
+    jobs.extend((0..40).map(|i| NewJob::new("k", &i.to_string())));
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let drain = Worker::builder(b.client.clone(), registry())
+        .queue("default", 2)
+        .claim_positions_for_tests()
+        .build()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), drain.run_until_idle())
+        .await
+        .expect("the drain ended")
+        .unwrap();
+    let states: Vec<(i64, String, i16, i32)> = b
+        .raw
+        .query(
+            "SELECT id, status, priority, attempts FROM jobs ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        b.count("status = 'done'").await,
+        42,
+        "the urgent job ran too: {states:?}"
+    );
+
+    // Serving, with no poll: the claims start past the jobs above; a job placed before them
+    // runs at the claim from the front a second after the last one (a short claim from the
+    // key wakes the worker for it).
+    let serve = Worker::builder(b.client.clone(), registry())
+        .queue("default", 2)
+        .poll_interval(None)
+        .claim_positions_for_tests()
+        .build()
+        .unwrap();
+    let (stop, running) = spawn_worker(serve);
+    let later: Vec<NewJob> = (0..20).map(|i| NewJob::new("k", &i.to_string())).collect();
+    b.client.enqueue_many(&later).await.unwrap();
+    eventually(Duration::from_secs(30), "the later jobs", || async {
+        b.count("status = 'done'").await == 62
+    })
+    .await;
+    b.client
+        .enqueue(&NewJob::new("k", &"urgent").priority(-5))
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(4),
+        "the job before the position",
+        || async { b.count("status = 'done'").await == 63 },
+    )
+    .await;
+    let _ = stop.send(());
+    running.await.unwrap();
+    assert!(
+        runs.lock().unwrap().values().all(|&n| n == 1),
+        "each ran once"
+    );
+    assert_eq!(runs.lock().unwrap().len(), 63);
+}

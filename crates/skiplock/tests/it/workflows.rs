@@ -12,7 +12,7 @@ use skiplock::{
 };
 
 use crate::limits::run_all;
-use crate::support::{setup, Bundle};
+use crate::support::{setup, Bundle, FRONT};
 use crate::worker::{client, eventually};
 
 /// Each run: the job's name (its payload's "name"), when it started and ended.
@@ -656,7 +656,14 @@ async fn waiting_jobs_do_not_make_the_claim_dearer_with_stale_statistics() {
             .raw
             .query(
                 &format!("EXPLAIN {claim}"),
-                &[&"default", &10i64, &30_000_000i64],
+                &[
+                    &"default",
+                    &10i64,
+                    &30_000_000i64,
+                    &FRONT.0,
+                    &FRONT.1,
+                    &FRONT.2,
+                ],
             )
             .await
             .unwrap();
@@ -689,7 +696,14 @@ async fn claim_buffers(b: &Bundle, claim: &str) -> i64 {
             .raw
             .query(
                 &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {claim}"),
-                &[&"default", &10i64, &30_000_000i64],
+                &[
+                    &"default",
+                    &10i64,
+                    &30_000_000i64,
+                    &FRONT.0,
+                    &FRONT.1,
+                    &FRONT.2,
+                ],
             )
             .await
             .unwrap();
