@@ -532,7 +532,8 @@ pub async fn latency(
 
 /// The floor of [`latency`]: the same paced enqueues, and instead of a worker one bare
 /// connection (tokio-postgres, no pool, no library runtime) that LISTENs on the schema's
-/// channel and, the moment a notification arrives, runs the worker's own claim
+/// channel, waits on the queue all along (`jobs_wait`, so that every INSERT notifies it)
+/// and, the moment a notification arrives, runs the worker's own claim
 /// (`job_claim.sql`, batches of 100, prepared) until a claim comes back short, handing each
 /// batch to a second connection that completes whatever it was handed in one
 /// `job_complete_many.sql` (off the claim's path, as the worker's completer). Latency is the
@@ -568,6 +569,13 @@ pub async fn latency_floor(
     raw.batch_execute(&format!("LISTEN {}", s.client.schema().channel_quoted()))
         .await
         .map_err(Error::db(OP))?;
+    // It waits on the queue throughout, so that every INSERT notifies it (migration 15).
+    raw.execute(
+        &s.client.schema().render("SELECT {schema}.jobs_wait($1)"),
+        &[&QUEUE],
+    )
+    .await
+    .map_err(Error::db(OP))?;
     let claim = raw
         .prepare_typed(
             s.client.statement(skiplock::Statement::Claim),

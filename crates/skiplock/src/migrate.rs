@@ -94,6 +94,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "workers_and_history",
         sql: include_str!("../migrations/0014_workers_and_history.sql"),
     },
+    Migration {
+        version: 15,
+        name: "notify_when_waiting",
+        sql: include_str!("../migrations/0015_notify_when_waiting.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

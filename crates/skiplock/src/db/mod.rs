@@ -197,6 +197,8 @@ templates! {
     QueueLimit => queue_limit => "queue_limit.sql", "`queries/queue_limit.sql`: set a queue's limits: concurrency, per key, rate (see [`Client::set_queue_limits`](crate::Client::set_queue_limits)).",
     QueueKnown => queue_known => "queue_known.sql", "`queries/queue_known.sql`: whether a `queues` row or a queued or running job names a queue, by index probes (see [`Client::queue_known`](crate::Client::queue_known)).",
     ListenProbe => listen_probe => "listen_probe.sql", "`queries/listen_probe.sql`: the LISTEN connection's self-test notification, sent from a pooled connection.",
+    QueueWait => queue_wait => "queue_wait.sql", "`queries/queue_wait.sql`: from the LISTEN connection, start waiting on a queue (migration 15): try the shared locks of its stripes not held yet, without blocking; while every stripe is held, every INSERT into the queue notifies.",
+    QueueUnwait => queue_unwait => "queue_unwait.sql", "`queries/queue_unwait.sql`: from the LISTEN connection, stop waiting on a queue: release the stripes held (while no session waits on a queue, an INSERT into it sends no notification).",
     NextLease => next_lease => "job_next_lease.sql", "`queries/job_next_lease.sql`: how long until the earliest lease of a running job ends, by the database's clock; the reaper asks after each round, so that an idle worker with the poll off wakes to reap it.",
     ReaperTryLock => reaper_try_lock => "reaper_try_lock.sql", "`queries/reaper_try_lock.sql`: the reaper's transaction-scoped advisory lock: one reaper at a time across processes.",
     Retry => retry => "job_retry.sql", "`queries/job_retry.sql`: make jobs ready again by id.",

@@ -32,6 +32,52 @@ impl Store {
         .map_err(Error::db("send the LISTEN self-test"))
     }
 
+    /// `queue_wait.sql`: from the LISTEN connection `c`, tries the stripes of `queue` not in
+    /// `held`; the stripes taken now, and whether every stripe is held after this.
+    pub(crate) async fn queue_wait(
+        &self,
+        c: &tokio_postgres::Client,
+        queue: &str,
+        held: &[i32],
+    ) -> Result<(Vec<i32>, bool)> {
+        const OP: &str = "wait on a queue";
+        let rows = c
+            .query_typed(
+                &self.sql.queue_wait,
+                &[(&queue, Type::TEXT), (&held, Type::INT4_ARRAY)],
+            )
+            .await
+            .map_err(Error::db(OP))?;
+        let mut taken = Vec::with_capacity(rows.len());
+        let mut all = true;
+        for r in &rows {
+            let stripe: i32 = r.try_get(0).map_err(Error::db(OP))?;
+            if r.try_get::<_, bool>(1).map_err(Error::db(OP))? {
+                taken.push(stripe);
+            } else {
+                all = false;
+            }
+        }
+        Ok((taken, all))
+    }
+
+    /// `queue_unwait.sql`: from the LISTEN connection `c`, releases the stripes of `queue`
+    /// in `held`.
+    pub(crate) async fn queue_unwait(
+        &self,
+        c: &tokio_postgres::Client,
+        queue: &str,
+        held: &[i32],
+    ) -> Result<()> {
+        c.query_typed(
+            &self.sql.queue_unwait,
+            &[(&queue, Type::TEXT), (&held, Type::INT4_ARRAY)],
+        )
+        .await
+        .map(drop)
+        .map_err(Error::db("stop waiting on a queue"))
+    }
+
     /// Opens a transaction on a pooled connection, for `op`.
     pub(crate) async fn begin<'a>(
         &self,

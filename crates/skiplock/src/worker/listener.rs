@@ -24,6 +24,7 @@
 //! woken too after every (re)connect (a change may have gone unheard) and when the listener
 //! goes deaf (so that it polls meanwhile).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -75,6 +76,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 wait = ?PROBE_WAIT,
                 "LISTEN connection went silent: its self-test did not come back; reconnecting"
             ),
+            Ok(End::WaitFailed(e)) => tracing::warn!(
+                error = %error_chain(&e),
+                "LISTEN connection could not wait on a queue; reconnecting"
+            ),
             Err(e) => {
                 tracing::warn!(error = %error_chain(&e), "LISTEN connection failed; reconnecting")
             }
@@ -115,6 +120,8 @@ enum End {
     Closed,
     /// It heard its self-test once, then not again: nothing comes through any more.
     Silent,
+    /// A statement that starts or stops waiting on a queue failed.
+    WaitFailed(Error),
 }
 
 /// Where the self-test of the current connection stands.
@@ -180,7 +187,15 @@ async fn listen_once(
     let check_every = shared.cfg.heartbeat_interval;
     let mut next_check = Instant::now() + check_every;
     let mut worked = shared.activity();
+    // The queues this connection waits on (see `Waits`); it waits only once it has heard
+    // its self-test, so that it never takes session locks through a transaction pooler.
+    let mut waits = Waits::default();
+    let _unwaited = Unwaited(shared);
+    let mut wait_op: Option<WaitFuture<'_>> = None;
     loop {
+        if heard && wait_op.is_none() {
+            wait_op = waits.next_op(shared, &client);
+        }
         let deadline = match probe {
             Probe::Waiting(at) => Some(at),
             _ => None,
@@ -208,6 +223,15 @@ async fn listen_once(
                     probe = Probe::Settled;
                 }
             },
+            done = async { wait_op.as_mut().expect("guarded").await }, if wait_op.is_some() => {
+                wait_op = None;
+                match done {
+                    Ok(done) => waits.done(shared, done),
+                    Err(e) => return Ok(End::WaitFailed(e)),
+                }
+            }
+            () = shared.waits_changed.notified() => {}
+            () = sleep_until(waits.retry_at), if wait_op.is_none() => waits.retry_at = None,
             () = sleep_until(deadline) => {
                 if heard {
                     return Ok(End::Silent);
@@ -240,6 +264,130 @@ async fn listen_once(
                 Some(Err(e)) => return Err(e),
                 None => return Ok(End::Closed),
             },
+        }
+    }
+}
+
+/// One statement of [`Waits`] in flight on the LISTEN connection.
+type WaitFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<WaitDone, Error>> + Send + 'a>>;
+
+/// What a statement of [`Waits`] did.
+enum WaitDone {
+    /// `queue_wait.sql` on a queue: the stripes taken, and whether every stripe is held.
+    Wait(String, Vec<i32>, bool),
+    /// `queue_unwait.sql` on a queue: none held any more.
+    Unwait(String),
+}
+
+/// The queues this LISTEN connection waits on (migration 15): while it holds every stripe of
+/// a queue, every INSERT into it notifies; while it holds none, an INSERT that finds no
+/// other session waiting sends nothing. Producers say which queues they want waited on
+/// ([`QueueSlot::want_wait`](super::state::QueueSlot::want_wait)); one statement runs at a
+/// time, never blocking: a stripe held by an INSERT not yet committed is tried again after
+/// [`WAIT_RETRY_FIRST`], doubling up to [`WAIT_RETRY_MAX`]. When every stripe is held, the
+/// queue's producer is woken for the claim that sees every job that sent no notification.
+/// The locks are the session's: they end with the connection.
+#[derive(Default)]
+struct Waits {
+    /// Stripes held, by queue.
+    held: std::collections::HashMap<String, Vec<i32>>,
+    /// The queues whose every stripe is held.
+    complete: std::collections::HashSet<String>,
+    /// Some stripe could not be taken: try again then.
+    retry_at: Option<Instant>,
+    tries: u32,
+}
+
+/// The first wait before trying again a stripe that an INSERT held.
+const WAIT_RETRY_FIRST: Duration = Duration::from_millis(2);
+
+/// The longest wait between tries of a stripe that an INSERT held.
+const WAIT_RETRY_MAX: Duration = Duration::from_millis(100);
+
+impl Waits {
+    /// The next statement to run, if any: stop waiting on a queue no longer wanted, or try
+    /// the missing stripes of one wanted (unless a retry is pending).
+    fn next_op<'a>(
+        &mut self,
+        shared: &'a Shared,
+        client: &'a tokio_postgres::Client,
+    ) -> Option<WaitFuture<'a>> {
+        let store = shared.client.store();
+        // Wanted again before the locks were released: still held, waiting again.
+        for (name, q) in &shared.queues {
+            if self.complete.contains(name)
+                && q.wait_wanted.load(Ordering::SeqCst)
+                && !q.waiting.swap(true, Ordering::SeqCst)
+            {
+                q.wake.notify_one();
+            }
+        }
+        for (name, q) in &shared.queues {
+            let wanted = q.wait_wanted.load(Ordering::SeqCst);
+            let held = self.held.get(name).cloned().unwrap_or_default();
+            if !wanted && !held.is_empty() {
+                self.complete.remove(name);
+                let name = name.clone();
+                return Some(Box::pin(async move {
+                    store.queue_unwait(client, &name, &held).await?;
+                    Ok(WaitDone::Unwait(name))
+                }));
+            }
+        }
+        if self.retry_at.is_some() {
+            return None;
+        }
+        for (name, q) in &shared.queues {
+            if q.wait_wanted.load(Ordering::SeqCst) && !self.complete.contains(name) {
+                let held = self.held.get(name).cloned().unwrap_or_default();
+                let name = name.clone();
+                return Some(Box::pin(async move {
+                    let (taken, all) = store.queue_wait(client, &name, &held).await?;
+                    Ok(WaitDone::Wait(name, taken, all))
+                }));
+            }
+        }
+        None
+    }
+
+    fn done(&mut self, shared: &Shared, done: WaitDone) {
+        match done {
+            WaitDone::Unwait(name) => {
+                self.held.remove(&name);
+            }
+            WaitDone::Wait(name, taken, all) => {
+                self.held.entry(name.clone()).or_default().extend(taken);
+                if !all {
+                    self.tries += 1;
+                    let wait = WAIT_RETRY_FIRST
+                        .saturating_mul(1 << self.tries.min(10))
+                        .min(WAIT_RETRY_MAX);
+                    self.retry_at = Some(Instant::now() + wait);
+                    return;
+                }
+                self.tries = 0;
+                self.complete.insert(name.clone());
+                let Some(q) = shared.queues.get(&name) else {
+                    return;
+                };
+                // Still wanted: every INSERT from now on notifies, and the claim this wakes
+                // sees the jobs of every INSERT that did not.
+                if q.wait_wanted.load(Ordering::SeqCst) && !q.waiting.swap(true, Ordering::SeqCst) {
+                    q.wake.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// Clears every queue's `waiting` when the LISTEN connection ends (its locks end with it).
+struct Unwaited<'a>(&'a Shared);
+
+impl Drop for Unwaited<'_> {
+    fn drop(&mut self) {
+        for q in self.0.queues.values() {
+            q.waiting.store(false, Ordering::SeqCst);
         }
     }
 }

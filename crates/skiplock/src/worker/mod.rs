@@ -324,6 +324,7 @@ impl Worker {
             lease_us: self.lease_us,
             cfg: self.cfg,
             schedules_changed: Notify::new(),
+            waits_changed: Notify::new(),
             unserved: Mutex::new(HashMap::new()),
         });
         Ok((shared, self.periodic))

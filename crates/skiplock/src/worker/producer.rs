@@ -80,7 +80,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut failures = 0u32;
     let mut paused_until: Option<Instant> = None;
     let mut due: Option<Instant> = None;
-    let mut next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+    let mut next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
 
     loop {
         while jobs.try_join_next().is_some() {}
@@ -163,7 +163,12 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                                 due = Some(due.map_or(at, |d| d.min(at)));
                             }
                         }
-                        next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+                        if mode == Mode::Serve && shared.listen_config.is_some() {
+                            // Busy with a backlog: it claims again without a notification,
+                            // so INSERTs need send none. Short: it may sleep, so they must.
+                            slot.want_wait(&shared, !backlog);
+                        }
+                        next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
                         if mode == Mode::Serve && !backlog {
                             lookup.want(&shared, &slot, position.lookup());
                             // Short from the key: the claim from the front when it is due.
@@ -191,7 +196,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             // LISTEN connection went deaf: poll from now on).
             () = slot.reschedule.notified() => {
                 if next_poll.is_none() {
-                    next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+                    next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
                 }
             }
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
@@ -220,7 +225,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             () = sleep_until(wake_at) => {
                 claim_now = true;
                 due = None;
-                next_poll = shared.poll_interval().map(|p| Instant::now() + p);
+                next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
             }
         }
     }
@@ -234,6 +239,20 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         }
     }
     while jobs.join_next().await.is_some() {}
+}
+
+/// The poll in force for this queue: the worker's ([`Shared::poll_interval`]), or, with the
+/// poll off, the default one while the queue wants its LISTEN connection to wait on it and
+/// it does not yet (INSERTs may send no notification until it does; the listener wakes the
+/// producer when it does).
+fn poll_interval(shared: &Shared, slot: &QueueSlot) -> Option<Duration> {
+    use std::sync::atomic::Ordering;
+    shared.poll_interval().or_else(|| {
+        (shared.listen_config.is_some()
+            && slot.wait_wanted.load(Ordering::SeqCst)
+            && !slot.waiting.load(Ordering::SeqCst))
+        .then_some(super::WorkerConfig::DEFAULT_POLL_INTERVAL)
+    })
 }
 
 async fn sleep_until(at: Option<Instant>) {

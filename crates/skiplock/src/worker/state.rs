@@ -154,6 +154,14 @@ pub(crate) struct QueueSlot {
     pub reschedule: Notify,
     /// Whether the queue is believed paused (a hint; the claim enforces the pause).
     pub pause: crate::queue::PauseHint,
+    /// Waiting on this queue, so that INSERTs notify it (migration 15): the producer wants
+    /// its LISTEN connection to wait (it claimed less than it asked for and may sleep) or
+    /// not (it is busy claiming a backlog). See [`QueueSlot::want_wait`].
+    pub wait_wanted: AtomicBool,
+    /// Set by the listener once its connection holds every stripe of the queue while
+    /// `wait_wanted` (it then wakes the producer for the claim that sees every job that sent
+    /// no notification); cleared when the producer stops wanting it or the connection ends.
+    pub waiting: AtomicBool,
 }
 
 impl QueueSlot {
@@ -166,6 +174,19 @@ impl QueueSlot {
             wake_at: Mutex::new(None),
             reschedule: Notify::new(),
             pause: Default::default(),
+            wait_wanted: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
+        }
+    }
+
+    /// Asks the LISTEN connection to wait on this queue (`yes`) or to stop; tells it only
+    /// when that changes.
+    pub(crate) fn want_wait(&self, shared: &Shared, yes: bool) {
+        if !yes {
+            self.waiting.store(false, Ordering::SeqCst);
+        }
+        if self.wait_wanted.swap(yes, Ordering::SeqCst) != yes {
+            shared.waits_changed.notify_one();
         }
     }
 
@@ -219,6 +240,9 @@ pub(crate) struct Shared {
     pub lease_us: i64,
     /// Woken by a notification that the schedules changed (see [`crate::periodic`]).
     pub schedules_changed: Notify,
+    /// Woken when a producer starts or stops wanting its queue waited on
+    /// ([`QueueSlot::want_wait`]); the listener acts on it.
+    pub waits_changed: Notify,
     /// How many jobs of each kind without a handler this worker handed back (the back-off
     /// of the next: see [`Shared::unserved_delay`]).
     pub unserved: Mutex<HashMap<String, u32>>,

@@ -11,6 +11,7 @@ use crate::support::{listen, setup};
 async fn tokio_postgres_transaction_enqueue_is_all_or_nothing() {
     let b = setup().await;
     let mut l = listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    l.wait_on(b.client.schema(), &["rollback", "commit"]).await;
     let mut conn = b.db.connect().await.unwrap();
 
     let tx = conn.transaction().await.unwrap();
@@ -85,6 +86,7 @@ async fn deadpool_objects_and_transactions() {
 async fn sqlx_transaction_enqueue_is_all_or_nothing() {
     let b = setup().await;
     let mut l = listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    l.wait_on(b.client.schema(), &["rollback", "commit"]).await;
     let pool = sqlx::PgPool::connect(b.db.url()).await.unwrap();
 
     let mut tx = pool.begin().await.unwrap();
@@ -146,6 +148,8 @@ async fn sqlx_transaction_enqueue_is_all_or_nothing() {
 async fn a_batch_sends_one_notification_per_queue() {
     let b = setup().await;
     let mut l = listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    l.wait_on(b.client.schema(), &["even", "odd", "sentinel"])
+        .await;
     let jobs: Vec<NewJob> = (0..1_000)
         .map(|i| NewJob::new("k", &i).queue(if i % 2 == 0 { "even" } else { "odd" }))
         .collect();

@@ -500,6 +500,7 @@ async fn a_cancelled_running_job_is_not_claimable_before_its_lease_ends() {
     let b = setup().await;
     let schema = skiplock::Schema::new(b.db.schema()).unwrap();
     let mut l = listen(b.db.url(), &schema.channel_quoted()).await;
+    l.wait_on(&schema, &["default"]).await;
     let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
     assert_eq!(l.next().await.payload(), "default");
     let lease = Duration::from_secs(3);

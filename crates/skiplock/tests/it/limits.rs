@@ -834,15 +834,16 @@ async fn a_worker_blocked_on_a_limit_with_the_poll_off_sends_nothing_until_a_slo
     let (stop, handle) = crate::worker::spawn_worker(worker);
     // This worker's connections: its pool's, and its LISTEN connection (other tests' workers
     // listen too, on their own schemas' channels).
-    let listen_query = format!("LISTEN {}", b.client.schema().channel_quoted());
+    let (listen_query, wait_query) = crate::worker::listener_queries(&b);
     let snapshot = || async {
         b.raw
             .query(
                 "SELECT pid, state_change::text FROM pg_stat_activity
                  WHERE application_name = $1
-                    OR (application_name = 'skiplock-listener' AND query = $2)
+                    OR (application_name = 'skiplock-listener'
+                        AND (query = $2 OR position($3 in query) > 0))
                  ORDER BY pid",
-                &[&app, &listen_query],
+                &[&app, &listen_query, &wait_query],
             )
             .await
             .unwrap()

@@ -28,5 +28,6 @@ mod testing;
 mod tls;
 mod unique;
 mod vacuum;
+mod wakeups;
 mod worker;
 mod workflows;

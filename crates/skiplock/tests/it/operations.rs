@@ -350,6 +350,7 @@ async fn health_reports_counts_and_an_idle_in_transaction_session() {
 async fn the_sql_enqueue_function() {
     let b = setup().await;
     let mut l = crate::support::listen(b.db.url(), &b.client.schema().channel_quoted()).await;
+    l.wait_on(b.client.schema(), &["mail"]).await;
     let id: i64 = b
         .raw
         .query_one(

@@ -104,6 +104,16 @@ pub async fn listen(url: &str, channel_quoted: &str) -> Listener {
 }
 
 impl Listener {
+    /// Waits on these queues from this session, as a worker's LISTEN connection does
+    /// (`jobs_wait`, migration 15): only then do INSERTs into them notify while no worker
+    /// waits on them.
+    pub async fn wait_on(&self, schema: &skiplock::Schema, queues: &[&str]) {
+        let sql = schema.render("SELECT {schema}.jobs_wait($1)");
+        for q in queues {
+            self._client.execute(&sql, &[q]).await.unwrap();
+        }
+    }
+
     /// The next notification, failing the test if none comes within 10 s.
     pub async fn next(&mut self) -> tokio_postgres::Notification {
         tokio::time::timeout(Duration::from_secs(10), self.rx.recv())

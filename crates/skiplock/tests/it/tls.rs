@@ -113,7 +113,8 @@ async fn assert_listener_encrypted(c: &Client, app: &str) {
         let row = raw
             .query_opt(
                 "SELECT s.ssl FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
-                 WHERE a.application_name = $1 AND a.query ILIKE 'LISTEN%'",
+                 WHERE a.application_name = $1 \
+                   AND (a.query ILIKE 'LISTEN%' OR a.query LIKE '%/waiting/%')",
                 &[&app],
             )
             .await

@@ -266,15 +266,27 @@ async fn an_aborted_worker_job_is_reaped_and_done_elsewhere() {
 }
 
 pub(crate) async fn listener_pid(b: &Bundle) -> Option<i32> {
+    let (listen, wait) = listener_queries(b);
     b.raw
         .query_opt(
             "SELECT pid FROM pg_stat_activity
-             WHERE application_name = 'skiplock-listener' AND query = $1",
-            &[&format!("LISTEN {}", b.client.schema().channel_quoted())],
+             WHERE application_name = 'skiplock-listener'
+               AND (query = $1 OR position($2 in query) > 0)",
+            &[&listen, &wait],
         )
         .await
         .unwrap()
         .map(|r| r.get(0))
+}
+
+/// What a worker's LISTEN connection of `b`'s schema last ran, as `pg_stat_activity` shows it:
+/// its LISTEN, or a statement that contains the second string (waiting on a queue or
+/// stopping, `queue_wait.sql` and `queue_unwait.sql`).
+pub(crate) fn listener_queries(b: &Bundle) -> (String, String) {
+    (
+        format!("LISTEN {}", b.client.schema().channel_quoted()),
+        format!("'{}' || '/waiting/'", b.client.schema().channel()),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -882,16 +894,17 @@ async fn an_idle_worker_with_polling_off_sends_nothing() {
     let id = b.client.enqueue(&NewJob::new("k", &0)).await.unwrap();
     let end = finished(&mut events, Duration::from_secs(10), id).await;
     assert_eq!(end, JobEnd::Done);
-    let listen_query = format!("LISTEN {}", b.client.schema().channel_quoted());
+    let (listen_query, wait_query) = listener_queries(&b);
     let snapshot = || async {
         let rows = b
             .raw
             .query(
                 "SELECT pid, application_name, state_change::text FROM pg_stat_activity
                  WHERE application_name = $1
-                    OR (application_name = 'skiplock-listener' AND query = $2)
+                    OR (application_name = 'skiplock-listener'
+                        AND (query = $2 OR position($3 in query) > 0))
                  ORDER BY pid",
-                &[&app, &listen_query],
+                &[&app, &listen_query, &wait_query],
             )
             .await
             .unwrap();
