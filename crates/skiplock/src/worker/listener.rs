@@ -17,6 +17,11 @@
 //! plus [`PROBE_WAIT`]; an idle poll-off worker relies on the kernel instead (TCP keepalives
 //! and `tcp_user_timeout`, about a minute with skiplock's connection settings).
 //!
+//! Once its self-test came back, the connection waits on the queues whose producers ask it
+//! to (their claims came back short): see [`Waits`]. While it waits on a queue, INSERTs into
+//! it notify; while no session does, they send nothing (migration 15). A self-test that
+//! could not be sent is sent again after [`PROBE_RESEND`].
+//!
 //! Payloads: a queue name wakes that queue; `cancel:<id>` cancels that job's running attempts
 //! on this worker at once (their results are dropped); `pause:<queue>` and `resume:<queue>`
 //! tell that queue's producer of a pause (it stops asking) or a resume (it claims at once);
@@ -39,6 +44,9 @@ use crate::job::JobId;
 
 /// How long the self-test notification may take to come back.
 pub(crate) const PROBE_WAIT: Duration = Duration::from_secs(2);
+
+/// How long after a failed sending of the self-test (before one was heard) to send another.
+const PROBE_RESEND: Duration = Duration::from_secs(1);
 
 /// The payload prefix of a self-test notification.
 const PROBE_PREFIX: &str = "probe:";
@@ -192,6 +200,8 @@ async fn listen_once(
     let mut waits = Waits::default();
     let _unwaited = Unwaited(shared);
     let mut wait_op: Option<WaitFuture<'_>> = None;
+    // The self-test could not be sent before it was heard: send it again then.
+    let mut resend_at: Option<Instant> = None;
     loop {
         if heard && wait_op.is_none() {
             wait_op = waits.next_op(shared, &client);
@@ -200,11 +210,18 @@ async fn listen_once(
             Probe::Waiting(at) => Some(at),
             _ => None,
         };
-        let check = (heard && !sending && matches!(probe, Probe::Settled)).then_some(next_check);
+        let check = if heard {
+            (!sending && matches!(probe, Probe::Settled)).then_some(next_check)
+        } else {
+            resend_at
+        };
         tokio::select! {
             () = sleep_until(check) => {
                 next_check = Instant::now() + check_every;
-                if shared.worked_since(&mut worked) {
+                // Not heard yet (its sending failed): send it again, since this connection
+                // waits on no queue until it is heard.
+                if !heard || shared.worked_since(&mut worked) {
+                    resend_at = None;
                     send.set(send_probe(shared, &token));
                     sending = true;
                     probe = Probe::Sending;
@@ -221,6 +238,9 @@ async fn listen_once(
                     // Unknown, not deaf: the database may be briefly out of reach.
                     tracing::debug!(error = %error_chain(&e), "could not send the LISTEN self-test");
                     probe = Probe::Settled;
+                    if !heard {
+                        resend_at = Some(Instant::now() + PROBE_RESEND);
+                    }
                 }
             },
             done = async { wait_op.as_mut().expect("guarded").await }, if wait_op.is_some() => {
@@ -231,7 +251,7 @@ async fn listen_once(
                 }
             }
             () = shared.waits_changed.notified() => {}
-            () = sleep_until(waits.retry_at), if wait_op.is_none() => waits.retry_at = None,
+            () = sleep_until(waits.next_retry(shared)), if wait_op.is_none() && heard => {}
             () = sleep_until(deadline) => {
                 if heard {
                     return Ok(End::Silent);
@@ -294,9 +314,9 @@ struct Waits {
     held: std::collections::HashMap<String, Vec<i32>>,
     /// The queues whose every stripe is held.
     complete: std::collections::HashSet<String>,
-    /// Some stripe could not be taken: try again then.
-    retry_at: Option<Instant>,
-    tries: u32,
+    /// Queues with a stripe that could not be taken: when to try again, and how many tries
+    /// failed in a row.
+    retry: std::collections::HashMap<String, (Instant, u32)>,
 }
 
 /// The first wait before trying again a stripe that an INSERT held.
@@ -335,11 +355,10 @@ impl Waits {
                 }));
             }
         }
-        if self.retry_at.is_some() {
-            return None;
-        }
+        let now = Instant::now();
         for (name, q) in &shared.queues {
-            if q.wait_wanted.load(Ordering::SeqCst) && !self.complete.contains(name) {
+            let due = self.retry.get(name).is_none_or(|(at, _)| *at <= now);
+            if due && q.wait_wanted.load(Ordering::SeqCst) && !self.complete.contains(name) {
                 let held = self.held.get(name).cloned().unwrap_or_default();
                 let name = name.clone();
                 return Some(Box::pin(async move {
@@ -351,22 +370,38 @@ impl Waits {
         None
     }
 
+    /// When the next try of a stripe is due, for a queue still wanted and not yet complete.
+    fn next_retry(&self, shared: &Shared) -> Option<Instant> {
+        self.retry
+            .iter()
+            .filter(|(name, _)| {
+                !self.complete.contains(*name)
+                    && shared
+                        .queues
+                        .get(*name)
+                        .is_some_and(|q| q.wait_wanted.load(Ordering::SeqCst))
+            })
+            .map(|(_, (at, _))| *at)
+            .min()
+    }
+
     fn done(&mut self, shared: &Shared, done: WaitDone) {
         match done {
             WaitDone::Unwait(name) => {
                 self.held.remove(&name);
+                self.retry.remove(&name);
             }
             WaitDone::Wait(name, taken, all) => {
                 self.held.entry(name.clone()).or_default().extend(taken);
                 if !all {
-                    self.tries += 1;
+                    let tries = self.retry.get(&name).map_or(0, |r| r.1);
                     let wait = WAIT_RETRY_FIRST
-                        .saturating_mul(1 << self.tries.min(10))
+                        .saturating_mul(1 << tries.min(10))
                         .min(WAIT_RETRY_MAX);
-                    self.retry_at = Some(Instant::now() + wait);
+                    self.retry.insert(name, (Instant::now() + wait, tries + 1));
                     return;
                 }
-                self.tries = 0;
+                self.retry.remove(&name);
                 self.complete.insert(name.clone());
                 let Some(q) = shared.queues.get(&name) else {
                     return;
