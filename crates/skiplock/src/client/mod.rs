@@ -305,7 +305,8 @@ impl Client {
     /// Enqueues many jobs in one statement (one array per column, so thousands per call).
     /// All or nothing: one refused job refuses the batch before any SQL runs
     /// ([`Error::InvalidBatchItem`] names it). Returns the ids in input order. The insert
-    /// sends one notification per distinct queue, not one per job.
+    /// sends at most one notification per distinct queue, not one per job, and none for a
+    /// queue that no worker waits on (its workers are busy; see docs/DESIGN.md).
     pub async fn enqueue_many(&self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
         let b = EncodedBatch::encode(jobs, self.inner.max_payload_bytes)?;
         if b.len() == 0 {
