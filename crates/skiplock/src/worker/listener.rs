@@ -336,11 +336,8 @@ impl Waits {
         let store = shared.client.store();
         // Wanted again before the locks were released: still held, waiting again.
         for (name, q) in &shared.queues {
-            if self.complete.contains(name)
-                && q.wait_wanted.load(Ordering::SeqCst)
-                && !q.waiting.swap(true, Ordering::SeqCst)
-            {
-                q.wake.notify_one();
+            if self.complete.contains(name) {
+                q.mark_waiting();
             }
         }
         for (name, q) in &shared.queues {
@@ -408,9 +405,7 @@ impl Waits {
                 };
                 // Still wanted: every INSERT from now on notifies, and the claim this wakes
                 // sees the jobs of every INSERT that did not.
-                if q.wait_wanted.load(Ordering::SeqCst) && !q.waiting.swap(true, Ordering::SeqCst) {
-                    q.wake.notify_one();
-                }
+                q.mark_waiting();
             }
         }
     }

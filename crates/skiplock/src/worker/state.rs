@@ -180,13 +180,25 @@ impl QueueSlot {
     }
 
     /// Asks the LISTEN connection to wait on this queue (`yes`) or to stop; tells it only
-    /// when that changes.
+    /// when that changes. Each change clears `waiting`: only the listener sets it, when it
+    /// holds every stripe while the wait is wanted, and it then wakes the producer.
     pub(crate) fn want_wait(&self, shared: &Shared, yes: bool) {
-        if !yes {
-            self.waiting.store(false, Ordering::SeqCst);
-        }
         if self.wait_wanted.swap(yes, Ordering::SeqCst) != yes {
+            self.waiting.store(false, Ordering::SeqCst);
             shared.waits_changed.notify_one();
+        }
+    }
+
+    /// The listener holds every stripe of this queue: if the wait is still wanted, marks it
+    /// waiting and wakes the producer (for the claim that sees every job whose INSERT sent
+    /// no notification). A wait given up meanwhile is left unmarked.
+    pub(crate) fn mark_waiting(&self) {
+        if self.wait_wanted.load(Ordering::SeqCst) && !self.waiting.swap(true, Ordering::SeqCst) {
+            if self.wait_wanted.load(Ordering::SeqCst) {
+                self.wake.notify_one();
+            } else {
+                self.waiting.store(false, Ordering::SeqCst);
+            }
         }
     }
 
