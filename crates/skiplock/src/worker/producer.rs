@@ -34,6 +34,16 @@ use ::metrics::{counter, histogram};
 /// The least time between the starts of two next-due lookups of one queue.
 pub(crate) const LOOKUP_GAP: Duration = Duration::from_millis(50);
 
+/// After a short claim that found at least [`CLAIM_AGAIN_FOUND`] jobs: claim again after
+/// this long instead of waiting for a notification. Jobs are arriving; a worker that waits
+/// makes every INSERT notify, and PostgreSQL serialises the commits of notifying
+/// transactions (through their WAL flush), so the enqueuers would slow to one commit at a
+/// time. Only a claim that finds fewer makes the LISTEN connection wait on the queue.
+pub(crate) const CLAIM_AGAIN_AFTER: Duration = Duration::from_millis(1);
+
+/// See [`CLAIM_AGAIN_AFTER`].
+pub(crate) const CLAIM_AGAIN_FOUND: u32 = 2;
+
 /// How the producers run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -163,13 +173,20 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                                 due = Some(due.map_or(at, |d| d.min(at)));
                             }
                         }
+                        // Short but jobs are arriving: claim again shortly, not waiting.
+                        let again = mode == Mode::Serve && !backlog && got >= CLAIM_AGAIN_FOUND;
+                        if again {
+                            let at = Instant::now() + CLAIM_AGAIN_AFTER;
+                            due = Some(due.map_or(at, |d| d.min(at)));
+                        }
                         if mode == Mode::Serve && shared.listen_config.is_some() {
-                            // Busy with a backlog: it claims again without a notification,
-                            // so INSERTs need send none. Short: it may sleep, so they must.
-                            slot.want_wait(&shared, !backlog);
+                            // Busy with a backlog, or claiming again shortly: it claims
+                            // without a notification, so INSERTs need send none. Short and
+                            // few: it may sleep, so they must.
+                            slot.want_wait(&shared, !backlog && !again);
                         }
                         next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
-                        if mode == Mode::Serve && !backlog {
+                        if mode == Mode::Serve && !backlog && !again {
                             lookup.want(&shared, &slot, position.lookup());
                             // Short from the key: the claim from the front when it is due.
                             if from != After::FRONT {
