@@ -148,6 +148,12 @@ pub struct Args {
     /// take more jobs than the queue has free slots.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     claims_in_flight: Option<u64>,
+    /// Keep every claim within the queue's free slots. By default a queue whose recent jobs
+    /// are short (under 5 ms each) claims up to its batch even with fewer slots free, and
+    /// holds the jobs without a slot for a few milliseconds (their leases renewed; one that
+    /// waits 10 s goes back to the queue).
+    #[arg(long)]
+    no_claim_ahead: bool,
     /// Use named prepared statements for claims, outcomes and heartbeats (faster; not through
     /// PgBouncer in transaction mode unless it supports them).
     #[arg(long)]
@@ -235,6 +241,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if let Some(n) = args.claims_in_flight {
         builder = builder.claims_in_flight(usize::try_from(n).unwrap_or(1));
+    }
+    if args.no_claim_ahead {
+        builder = builder.claim_ahead(false);
     }
     let worker = builder.build()?;
     // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get

@@ -29,10 +29,16 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
-    /// Records `job` as running. A newer attempt of the same job (the lease was lost, and
+    /// Records `job` as this worker's: running (`started`), or claimed ahead and waiting for
+    /// a slot, its lease renewed all the same (see [`Attempt::start`]). A newer attempt of the same job (the lease was lost, and
     /// this worker claimed the job again) makes every older one lost: its handler is told to
     /// stop and its result will be dropped.
-    pub(crate) fn register(shared: &Arc<Shared>, job: &ClaimedJob, heartbeat: bool) -> Attempt {
+    pub(crate) fn register(
+        shared: &Arc<Shared>,
+        job: &ClaimedJob,
+        heartbeat: bool,
+        started: bool,
+    ) -> Attempt {
         let key = (job.id, job.attempt);
         let cancel = shared.hard_stop.child_token();
         let mut running = shared.running();
@@ -61,6 +67,7 @@ impl Attempt {
                 cancel: cancel.clone(),
                 heartbeat,
                 lost: superseded,
+                started,
             },
         );
         drop(running);
@@ -68,6 +75,19 @@ impl Attempt {
             shared: shared.clone(),
             key,
             cancel,
+        }
+    }
+
+    /// A job claimed ahead gets its slot: it counts as running from now on. Returns whether
+    /// the attempt was lost while it waited (its lease expired, or the job was cancelled):
+    /// it must not run then.
+    pub(crate) fn start(&self) -> bool {
+        match self.shared.running().get_mut(&self.key) {
+            Some(r) => {
+                r.started = true;
+                r.lost
+            }
+            None => true,
         }
     }
 
@@ -184,6 +204,9 @@ pub(crate) async fn run(
 
     let lost = attempt.finish();
     drop(permit);
+    if let Some(q) = shared.queues.get(&job.queue) {
+        q.note_run(started.elapsed());
+    }
     ::metrics::histogram!(
         crate::metrics::JOB_RUN,
         "queue" => job.queue.clone(),
@@ -231,9 +254,8 @@ fn completed_in_tx(slot: &std::sync::Mutex<AttemptSlot>) -> bool {
     slot.lock().map(|s| s.completed_in_tx).unwrap_or(false)
 }
 
-/// Hands a claimed job that never started back to the queue at once.
+/// Hands a claimed job that never started back to the queue at once (the caller logs why).
 pub(crate) fn hand_back(shared: &Shared, job: &ClaimedJob) {
-    tracing::info!(id = %job.id, "claimed during shutdown: handed back");
     send(shared, job, Outcome::HandBack);
 }
 

@@ -53,11 +53,12 @@ impl Worker {
                             .registry
                             .get(&job.kind)
                             .is_none_or(|e| e.options.heartbeat);
-                        let attempt = executor::Attempt::register(&shared, &job, heartbeat);
+                        let attempt = executor::Attempt::register(&shared, &job, heartbeat, true);
                         executor::run(shared.clone(), job, permit, attempt).await;
                         Ok(true)
                     }
                     Err(e) => {
+                        tracing::info!(id = %job.id, "no slot: handed back");
                         executor::hand_back(&shared, &job);
                         Err(e)
                     }

@@ -3,20 +3,30 @@
 //! has free slots in short statements, and hand each to the executor.
 //!
 //! Up to [`WorkerConfig::claims_in_flight`](super::WorkerConfig::claims_in_flight) claims run
-//! at once, each on its own connection. Each claim first takes the slots it asks for from the
-//! queue's semaphore and gives back those it did not fill, so that all claims together never
-//! take more jobs than the queue has free slots. A notification that arrives while a claim
-//! is in flight starts another claim at once instead of waiting for the first to return.
+//! at once, each on its own connection. The jobs running, those waiting for a slot and those
+//! the claims out asked for together never exceed the queue's concurrency plus what it may
+//! claim ahead (none unless its jobs are short): a claim asks for no more than that leaves.
+//! A notification that arrives while a claim is in flight starts another claim at once
+//! instead of waiting for the first to return. Claimed jobs start in claim order as the
+//! queue's semaphore gives them a slot: never more than the concurrency run at once.
+//!
+//! While the queue's recent jobs are short, claims may take jobs beyond the free slots
+//! ([`WorkerConfig::claim_ahead`](super::WorkerConfig::claim_ahead)): those wait here, in
+//! claim order, their leases renewed by the heartbeat, and start as slots free, so that the
+//! next claim is out before the slots are. How many may wait is bounded by the time they
+//! would wait ([`AHEAD_WAIT`] at the queue's mean run time); one that waits
+//! [`AHEAD_MAX_WAIT`] anyway (the running jobs turned long) goes back to the queue, as do
+//! all of them at shutdown.
 //!
 //! After a short claim (in serve mode), a lookup of when the next queued job becomes ready
 //! runs beside the claims, off the path from a notification to a claim. Lookups start at
 //! most once per [`LOOKUP_GAP`]: a short claim inside the gap defers one lookup to its end,
 //! so that at high rates a pickup costs one statement, not two.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -44,6 +54,26 @@ pub(crate) const CLAIM_AGAIN_AFTER: Duration = Duration::from_millis(1);
 /// See [`CLAIM_AGAIN_AFTER`].
 pub(crate) const CLAIM_AGAIN_FOUND: u32 = 2;
 
+/// Claimed ahead of the free slots: at most as many jobs as the slots would start within
+/// this long at the queue's mean run time (see [`QueueSlot::ahead_cap`]).
+pub(crate) const AHEAD_WAIT: Duration = Duration::from_millis(5);
+
+/// A job claimed ahead that has waited this long for a slot goes back to the queue without
+/// spending an attempt, for any worker to take. (Its lease is renewed while it waits, so
+/// this bounds only how long a job another worker could run stays here.)
+pub(crate) const AHEAD_MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// While the oldest job waiting for a slot has waited this long, the running jobs are longer
+/// than the mean said: claim nothing more ahead.
+pub(crate) const AHEAD_SLOW: Duration = Duration::from_millis(20);
+
+/// A claimed job waiting for a slot.
+struct Waiting {
+    job: ClaimedJob,
+    attempt: executor::Attempt,
+    since: Instant,
+}
+
 /// How the producers run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -53,15 +83,9 @@ pub(crate) enum Mode {
     UntilIdle,
 }
 
-/// What a claim task returns: how many it asked for, the slots it holds, where it started,
-/// its statement's time, and the jobs.
-type Claimed = (
-    u32,
-    OwnedSemaphorePermit,
-    After,
-    Duration,
-    Result<Vec<ClaimedJob>, Error>,
-);
+/// What a claim task returns: how many it asked for, where it started, its statement's
+/// time, and the jobs.
+type Claimed = (u32, After, Duration, Result<Vec<ClaimedJob>, Error>);
 
 pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     // The test seam of `WorkerBuilder::panic_in_claim_loop_for_tests`.
@@ -75,12 +99,27 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut lookup = Lookup::default();
     let mut position = Position::new(shared.cfg.claim_positions);
     let max_in_flight = shared.cfg.claims_in_flight_for(slot.concurrency);
-    // Each claim asks for at most this many: the batch, or the queue's share per claim.
-    let chunk = shared
-        .cfg
-        .max_claim_batch
-        .min(u32::try_from(slot.concurrency.div_ceil(max_in_flight)).unwrap_or(u32::MAX))
-        .max(1);
+    // Each claim asks for at most this many: the batch, or the share per claim of the slots
+    // and of what may be claimed ahead of them.
+    let chunk = |ahead: usize| {
+        shared
+            .cfg
+            .max_claim_batch
+            .min(
+                u32::try_from((slot.concurrency + ahead).div_ceil(max_in_flight))
+                    .unwrap_or(u32::MAX),
+            )
+            .max(1)
+    };
+    let max_wait = AHEAD_MAX_WAIT;
+    // Claimed ahead: at most as many as the claims in flight take at their largest, so that
+    // every claim can be a whole batch while the slots are full.
+    let ahead_most = usize::try_from(shared.cfg.max_claim_batch)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(max_in_flight);
+    // Claimed jobs waiting for a slot, in claim order, and how many each claim out asked for.
+    let mut waiting: VecDeque<Waiting> = VecDeque::new();
+    let mut asked: HashMap<tokio::task::Id, usize> = HashMap::new();
     // Claim at once when starting.
     let mut claim_now = true;
     // The last claim filled every slot it asked for: more may be ready.
@@ -97,28 +136,41 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         if shared.stop_claiming.is_cancelled() {
             break;
         }
+        start_waiting(&shared, &slot, &mut waiting, &mut jobs);
+        if hand_back_stale(&shared, &mut waiting, max_wait) {
+            // The running jobs turned long: claim no more ahead until one has run again.
+            slot.forget_run_times();
+        }
         // A retry or snooze this worker wrote: wake when it is due.
         if let Some(at) = slot.take_wake_at() {
             due = Some(due.map_or(at, |d| d.min(at)));
         }
         // Start claims: one per reason to claim, up to the limit while a backlog is known.
         while (claim_now || backlog) && paused_until.is_none() && claims.len() < max_in_flight {
-            let free = u32::try_from(slot.slots.available_permits()).unwrap_or(u32::MAX);
-            // With a claim already out, a further one only for a worthwhile share of slots.
-            if free == 0 || (!claims.is_empty() && backlog && free < chunk.div_ceil(2)) {
+            let slow = waiting
+                .front()
+                .is_some_and(|w| w.since.elapsed() >= AHEAD_SLOW);
+            let cap = slot.ahead_cap(shared.cfg.claim_ahead && !slow, AHEAD_WAIT, ahead_most);
+            let chunk = chunk(cap);
+            let running = slot
+                .concurrency
+                .saturating_sub(slot.slots.available_permits());
+            let held = running + waiting.len() + asked.values().sum::<usize>();
+            let room =
+                u32::try_from((slot.concurrency + cap).saturating_sub(held)).unwrap_or(u32::MAX);
+            // With a claim already out, a further one only for a worthwhile share.
+            if room == 0 || (!claims.is_empty() && backlog && room < chunk.div_ceil(2)) {
                 break;
             }
-            let want = free.min(chunk);
-            let Ok(permits) = slot.slots.clone().try_acquire_many_owned(want) else {
-                break;
-            };
+            let want = room.min(chunk);
             claim_now = false;
             let from = position.next(Instant::now());
             let (shared, slot) = (shared.clone(), slot.clone());
-            claims.spawn(async move {
+            let task = claims.spawn(async move {
                 let (cost, r) = claim(&shared, &slot, want, &from).await;
-                (want, permits, from, cost, r)
+                (want, from, cost, r)
             });
+            asked.insert(task.id(), want as usize);
             if !backlog {
                 break;
             }
@@ -128,6 +180,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             && !claim_now
             && claims.is_empty()
             && jobs.is_empty()
+            && waiting.is_empty()
             && paused_until.is_none()
         {
             break;
@@ -143,19 +196,24 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         };
         tokio::select! {
             () = shared.stop_claiming.cancelled() => break,
-            Some(done) = claims.join_next(), if !claims.is_empty() => {
-                let Ok((want, permits, from, cost, result)) = done else {
-                    // A claim task panicked (it cannot: no unwrap on its path) or was
-                    // aborted: its slots came back with its permits; claim again.
-                    claim_now = true;
-                    continue;
+            Some(done) = claims.join_next_with_id(), if !claims.is_empty() => {
+                let (task, (want, from, cost, result)) = match done {
+                    Ok(done) => done,
+                    Err(e) => {
+                        // A claim task panicked (it cannot: no unwrap on its path) or was
+                        // aborted: claim again.
+                        asked.remove(&e.id());
+                        claim_now = true;
+                        continue;
+                    }
                 };
+                asked.remove(&task);
                 match result {
                     Ok(claimed) => {
                         failures = 0;
                         let got = u32::try_from(claimed.len()).unwrap_or(u32::MAX);
                         position.claimed(&slot.name, from, cost, &claimed);
-                        start(&shared, &slot, claimed, permits, &mut jobs);
+                        start(&shared, &slot, claimed, &mut jobs, &mut waiting);
                         backlog = got == want;
                         // Only a claim from the front finds a queue empty: one from the
                         // position asks for one from the front next, draining.
@@ -197,7 +255,6 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                         }
                     }
                     Err(e) => {
-                        drop(permits);
                         backlog = false;
                         failures += 1;
                         let wait = backoff(failures, Duration::from_secs(10));
@@ -216,6 +273,8 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                     next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
                 }
             }
+            // The oldest job claimed ahead has waited too long: hand it back (at the top).
+            () = sleep_until(waiting.front().map(|w| w.since + max_wait)) => {}
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
                 // A slot freed: with a backlog the loop claims again. Until idle, look
                 // again whenever a job ends (no notification tells us otherwise).
@@ -247,15 +306,71 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         }
     }
 
-    // Shutdown: claims still out come back and their jobs are handed back at once; the
-    // running jobs finish (or are cancelled at the deadline by the executor).
+    // Shutdown: jobs claimed ahead go back at once, as do those of the claims still out
+    // when they come back; the running jobs finish (or are cancelled at the deadline by
+    // the executor).
     lookup.running.abort_all();
+    let _ = hand_back_stale(&shared, &mut waiting, Duration::ZERO);
     while let Some(done) = claims.join_next().await {
-        if let Ok((_, permits, _, _, Ok(claimed))) = done {
-            start(&shared, &slot, claimed, permits, &mut jobs);
+        if let Ok((_, _, _, Ok(claimed))) = done {
+            start(&shared, &slot, claimed, &mut jobs, &mut waiting);
         }
     }
     while jobs.join_next().await.is_some() {}
+}
+
+/// Starts the jobs claimed ahead, oldest first, while slots are free. One whose attempt was
+/// lost while it waited (its lease expired, or it was cancelled) is dropped, as a running
+/// one's result would be.
+fn start_waiting(
+    shared: &Arc<Shared>,
+    slot: &QueueSlot,
+    waiting: &mut VecDeque<Waiting>,
+    jobs: &mut JoinSet<()>,
+) {
+    while !waiting.is_empty() {
+        let Ok(permit) = slot.slots.clone().try_acquire_owned() else {
+            return;
+        };
+        let Some(w) = waiting.pop_front() else {
+            return;
+        };
+        if w.attempt.start() {
+            shared
+                .counters
+                .ended(w.job.id, w.job.attempt, super::events::JobEnd::Lost);
+            crate::metrics::finished(&w.job.queue, &w.job.kind, "lost", "none");
+            tracing::warn!(id = %w.job.id, attempt = w.job.attempt, "lease lost while waiting for a slot: not started (the job is no longer ours)");
+            continue;
+        }
+        jobs.spawn(executor::run(shared.clone(), w.job, permit, w.attempt));
+    }
+}
+
+/// Hands back the jobs claimed ahead that have waited `max_wait` or longer for a slot: back
+/// to the queue without spending an attempt, for any worker. (All of them with zero.)
+/// Returns whether it handed any back.
+fn hand_back_stale(shared: &Shared, waiting: &mut VecDeque<Waiting>, max_wait: Duration) -> bool {
+    let now = Instant::now();
+    let mut any = false;
+    while waiting
+        .front()
+        .is_some_and(|w| now.saturating_duration_since(w.since) >= max_wait)
+    {
+        let Some(w) = waiting.pop_front() else {
+            return any;
+        };
+        if max_wait.is_zero() {
+            tracing::info!(id = %w.job.id, "shutdown: a job claimed ahead handed back");
+        } else {
+            tracing::info!(id = %w.job.id, waited = ?now.saturating_duration_since(w.since), "claimed ahead but no slot freed in time: handed back");
+        }
+        executor::hand_back(shared, &w.job);
+        // After the outcome is queued: the completer's pending set renews the lease now.
+        drop(w.attempt);
+        any = true;
+    }
+    any
 }
 
 /// The poll in force for this queue: the worker's ([`Shared::poll_interval`]), or, with the
@@ -325,14 +440,14 @@ async fn claim(
     (cost, result)
 }
 
-/// Starts the claimed jobs, each with one of the slots its claim took (the slots left over
-/// are freed when `permits` drops); after shutdown began, hands them back instead.
+/// Starts the claimed jobs in claim order while the queue has free slots; the others (claimed
+/// ahead) wait for one in `waiting`. After shutdown began, hands them back instead.
 fn start(
     shared: &Arc<Shared>,
     slot: &QueueSlot,
     claimed: Vec<ClaimedJob>,
-    mut permits: OwnedSemaphorePermit,
     jobs: &mut JoinSet<()>,
+    waiting: &mut VecDeque<Waiting>,
 ) {
     let n = claimed.len();
     if n == 0 {
@@ -345,26 +460,36 @@ fn start(
         n,
     });
     tracing::debug!(queue = %slot.name, claimed = n, "claimed jobs");
+    let now = Instant::now();
     for job in claimed {
         if shared.stop_claiming.is_cancelled() {
             // Claimed but not started: hand it back at once.
+            tracing::info!(id = %job.id, "claimed during shutdown: handed back");
             executor::hand_back(shared, &job);
             continue;
         }
-        let Some(permit) = permits.split(1) else {
-            // Cannot happen (a claim asks for no more jobs than the slots it holds), but
-            // never run beyond the limit.
-            executor::hand_back(shared, &job);
-            continue;
-        };
         // Registered before its task starts (and removed however the task ends), so that
-        // the heartbeat renews its lease from the first beat.
+        // the heartbeat renews its lease from the first beat, also while it waits.
         let heartbeat = shared
             .registry
             .get(&job.kind)
             .is_none_or(|e| e.options.heartbeat);
-        let attempt = executor::Attempt::register(shared, &job, heartbeat);
-        jobs.spawn(executor::run(shared.clone(), job, permit, attempt));
+        let permit = if waiting.is_empty() {
+            slot.slots.clone().try_acquire_owned().ok()
+        } else {
+            None
+        };
+        let attempt = executor::Attempt::register(shared, &job, heartbeat, permit.is_some());
+        match permit {
+            Some(permit) => {
+                jobs.spawn(executor::run(shared.clone(), job, permit, attempt));
+            }
+            None => waiting.push_back(Waiting {
+                job,
+                attempt,
+                since: now,
+            }),
+        }
     }
 }
 

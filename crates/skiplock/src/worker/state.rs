@@ -162,6 +162,11 @@ pub(crate) struct QueueSlot {
     /// `wait_wanted` (it then wakes the producer for the claim that sees every job that sent
     /// no notification); cleared when the producer stops wanting it or the connection ends.
     pub waiting: AtomicBool,
+    /// The mean time of this queue's recent handler runs, in microseconds (an exponentially
+    /// weighted mean over about the last 16 jobs); `u64::MAX` until a job has run. It bounds
+    /// how many jobs the producer claims ahead of its free slots (see
+    /// [`QueueSlot::ahead_cap`]).
+    pub mean_run_us: AtomicU64,
 }
 
 impl QueueSlot {
@@ -176,7 +181,41 @@ impl QueueSlot {
             pause: Default::default(),
             wait_wanted: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
+            mean_run_us: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Takes in how long one handler ran (see `mean_run_us`). Concurrent updates may lose
+    /// one another; the mean is a hint.
+    pub(crate) fn note_run(&self, took: Duration) {
+        let x = u64::try_from(took.as_micros()).unwrap_or(u64::MAX / 2);
+        let mean = self.mean_run_us.load(Ordering::Relaxed);
+        let next = if mean == u64::MAX {
+            x
+        } else if x >= mean {
+            mean + (x - mean).div_ceil(16)
+        } else {
+            mean - (mean - x) / 16
+        };
+        self.mean_run_us
+            .store(next.min(u64::MAX / 2), Ordering::Relaxed);
+    }
+
+    /// Forgets the mean run time: no job is claimed ahead until one has run again.
+    pub(crate) fn forget_run_times(&self) {
+        self.mean_run_us.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// How many jobs the producer may hold claimed beyond its slots: as many as its slots
+    /// would start within `wait` at the mean run time of the recent jobs, at most `most`;
+    /// none before a job has run, or with `enabled` false.
+    pub(crate) fn ahead_cap(&self, enabled: bool, wait: Duration, most: usize) -> usize {
+        let mean = self.mean_run_us.load(Ordering::Relaxed);
+        if !enabled || mean == u64::MAX {
+            return 0;
+        }
+        let n = self.concurrency as u128 * wait.as_micros() / u128::from(mean.max(1));
+        usize::try_from(n).unwrap_or(usize::MAX).min(most)
     }
 
     /// Asks the LISTEN connection to wait on this queue (`yes`) or to stop; tells it only
@@ -220,6 +259,9 @@ pub(crate) struct RunningJob {
     pub cancel: CancellationToken,
     pub heartbeat: bool,
     pub lost: bool,
+    /// Its handler has started; false while it waits in the producer's claimed-ahead
+    /// buffer for a slot (its lease is renewed all the same).
+    pub started: bool,
 }
 
 /// State shared by the worker's tasks.

@@ -2,6 +2,7 @@
 //! cluster started from the local server binaries), each in a schema of its own.
 #![allow(clippy::unwrap_used)]
 
+mod ahead;
 mod api;
 mod bad_input;
 mod claim;
