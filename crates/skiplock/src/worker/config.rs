@@ -65,7 +65,8 @@ pub struct WorkerConfig {
     /// Whether a queue may claim jobs ahead of its free slots while its jobs are short
     /// (default true). A claim then takes up to `max_claim_batch` jobs even with fewer slots
     /// free, and the jobs without a slot wait in the worker for one, in claim order, their
-    /// leases renewed by the heartbeat like running ones; never more than the concurrency
+    /// leases renewed by the heartbeat (also for kinds that opted out of heartbeats while
+    /// they run); never more than the concurrency
     /// run at once. The worker holds at most as many ahead as its slots would start within
     /// 5 ms at the mean run time of the queue's recent jobs, and at most `max_claim_batch`
     /// times its claims in flight: none while its jobs take 5 ms or more each, nor before a

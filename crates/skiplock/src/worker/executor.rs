@@ -30,7 +30,8 @@ pub(crate) struct Attempt {
 
 impl Attempt {
     /// Records `job` as this worker's: running (`started`), or claimed ahead and waiting for
-    /// a slot, its lease renewed all the same (see [`Attempt::start`]). A newer attempt of the same job (the lease was lost, and
+    /// a slot, its lease renewed all the same, even for a kind that opted out of heartbeats
+    /// (see [`Attempt::start`]). A newer attempt of the same job (the lease was lost, and
     /// this worker claimed the job again) makes every older one lost: its handler is told to
     /// stop and its result will be dropped.
     pub(crate) fn register(
@@ -65,7 +66,7 @@ impl Attempt {
             key,
             RunningJob {
                 cancel: cancel.clone(),
-                heartbeat,
+                heartbeat: heartbeat || !started,
                 lost: superseded,
                 started,
             },
@@ -78,13 +79,15 @@ impl Attempt {
         }
     }
 
-    /// A job claimed ahead gets its slot: it counts as running from now on. Returns whether
+    /// A job claimed ahead gets its slot: it counts as running from now on, and its lease is
+    /// renewed from now on only if its kind wants heartbeats (`heartbeat`). Returns whether
     /// the attempt was lost while it waited (its lease expired, or the job was cancelled):
     /// it must not run then.
-    pub(crate) fn start(&self) -> bool {
+    pub(crate) fn start(&self, heartbeat: bool) -> bool {
         match self.shared.running().get_mut(&self.key) {
             Some(r) => {
                 r.started = true;
+                r.heartbeat = heartbeat;
                 r.lost
             }
             None => true,

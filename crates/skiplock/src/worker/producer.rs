@@ -72,6 +72,8 @@ struct Waiting {
     job: ClaimedJob,
     attempt: executor::Attempt,
     since: Instant,
+    /// Whether its kind wants its lease renewed while it runs (it is renewed while it waits).
+    heartbeat: bool,
 }
 
 /// How the producers run.
@@ -335,7 +337,7 @@ fn start_waiting(
         let Some(w) = waiting.pop_front() else {
             return;
         };
-        if w.attempt.start() {
+        if w.attempt.start(w.heartbeat) {
             shared
                 .counters
                 .ended(w.job.id, w.job.attempt, super::events::JobEnd::Lost);
@@ -488,6 +490,7 @@ fn start(
                 job,
                 attempt,
                 since: now,
+                heartbeat,
             }),
         }
     }
