@@ -148,10 +148,10 @@ pub struct Args {
     /// take more jobs than the queue has free slots.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     claims_in_flight: Option<u64>,
-    /// Keep every claim within the queue's free slots. By default a queue whose recent jobs
-    /// are short (under 5 ms each) claims up to its batch even with fewer slots free, and
-    /// holds the jobs without a slot for a few milliseconds (their leases renewed; one that
-    /// waits 10 s goes back to the queue).
+    /// Keep every claim within the queue's free slots. By default a queue whose slots start
+    /// jobs often (its recent jobs' mean run time under its concurrency times 5 ms) claims up
+    /// to its batch even with fewer slots free, and holds the jobs without a slot for about
+    /// 5 ms (their leases renewed; one that waits 10 s goes back to the queue).
     #[arg(long)]
     no_claim_ahead: bool,
     /// Use named prepared statements for claims, outcomes and heartbeats (faster; not through

@@ -66,17 +66,17 @@ pub struct WorkerConfig {
     /// (default true). A claim then takes up to `max_claim_batch` jobs even with fewer slots
     /// free, and the jobs without a slot wait in the worker for one, in claim order, their
     /// leases renewed by the heartbeat (also for kinds that opted out of heartbeats while
-    /// they run); never more than the concurrency
-    /// run at once. The worker holds at most as many ahead as its slots would start within
-    /// 5 ms at the mean run time of the queue's recent jobs, and at most `max_claim_batch`
-    /// times its claims in flight: none while its jobs take 5 ms or more each, nor before a
-    /// job has run, nor while the oldest waiting job has waited 20 ms (the running jobs
-    /// turned long). A job that waits 10 s goes back to the queue without spending an
-    /// attempt, as all of them do at shutdown (and the queue claims none ahead until a job
-    /// has run again). Short jobs then cost fewer and larger
-    /// claims, and the next claim is out before the slots free; `false` keeps every claim
-    /// within the free slots. Jobs claimed ahead are `running` in the database (and count
-    /// against a queue's flow-control limits) from their claim.
+    /// they run); never more than the concurrency run at once. The worker holds at most as
+    /// many ahead as its slots would start within 5 ms at the mean run time of the queue's
+    /// recent jobs (concurrency × 5 ms / mean run time), and at most `max_claim_batch` times
+    /// its claims in flight: none once the mean run time reaches the concurrency times 5 ms
+    /// (20 ms at concurrency 4, 500 ms at 100), none before a job has run, and none while the
+    /// oldest waiting job has waited 20 ms (the running jobs turned long). A job that waits
+    /// 10 s goes back to the queue without spending an attempt, as all of them do at shutdown
+    /// (and the queue claims none ahead until a job has run again). Short jobs then cost
+    /// fewer and larger claims, and the next claim is out before the slots free; `false`
+    /// keeps every claim within the free slots. Jobs claimed ahead are `running` in the
+    /// database (and count against a queue's flow-control limits) from their claim.
     pub claim_ahead: bool,
     /// Whether to LISTEN for wake-ups (default true).
     pub listen: bool,
