@@ -310,7 +310,12 @@ pub async fn throughput(
         jobs,
         setup: setup.clone(),
         batch: cfg.max_claim_batch,
-        claims_in_flight: cfg.claims_in_flight_for(setup.concurrency),
+        // What runs through a drained backlog (one claim at a time for a small queue).
+        claims_in_flight: if cfg.claim_ahead {
+            cfg.backlog_claims_in_flight_for(setup.concurrency)
+        } else {
+            cfg.claims_in_flight_for(setup.concurrency)
+        },
         jobs_per_s: stats.done as f64 / secs.max(1e-9),
     })
 }
@@ -534,7 +539,7 @@ pub async fn latency(
 /// connection (tokio-postgres, no pool, no library runtime) that LISTENs on the schema's
 /// channel, waits on the queue all along (`jobs_wait`, so that every INSERT notifies it)
 /// and, the moment a notification arrives, runs the worker's own claim
-/// (`job_claim.sql`, batches of 100, prepared) until a claim comes back short, handing each
+/// (`job_claim.sql`, batches of the worker's default `max_claim_batch`, prepared) until a claim comes back short, handing each
 /// batch to a second connection that completes whatever it was handed in one
 /// `job_complete_many.sql` (off the claim's path, as the worker's completer). Latency is the
 /// claim's `now()` minus the enqueue's `now()`, as for the worker: what the queue's design
@@ -626,7 +631,7 @@ pub async fn latency_floor(
     let claimer = {
         let samples = samples.clone();
         tokio::spawn(async move {
-            let batch: i64 = 100;
+            let batch = i64::from(WorkerConfig::default().max_claim_batch);
             loop {
                 tokio::select! {
                     w = wake.recv() => if w.is_none() { break },

@@ -154,7 +154,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     };
     let setups = [
         Setup::Skiplock(W::defaults(200), "defaults"),
-        Setup::Skiplock(W::defaults(400).batch(200), "batch 200"),
+        Setup::Skiplock(W::defaults(400).batch(1_000), "batch 1,000"),
         Setup::Graphile {
             concurrency: 200,
             local_queue: 0,

@@ -59,7 +59,7 @@ impl Plan {
                 W::defaults(200).prepared(),
                 W::defaults(400).claims_in_flight(8),
                 W::defaults(400),
-                W::defaults(400).batch(200),
+                W::defaults(400).batch(1_000),
             ],
         };
         Plan {

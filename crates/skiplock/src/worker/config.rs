@@ -48,14 +48,15 @@ pub struct WorkerConfig {
     /// dropped), and up to 10 s for the last outcomes to be written (those that cannot be
     /// are logged and left to the reaper, as at a `kill -9`).
     pub shutdown_timeout: Duration,
-    /// The most jobs one claim takes (default 100); a claim never takes more than the queue
+    /// The most jobs one claim takes (default 500); a claim never takes more than the queue
     /// has free slots, plus what it may claim ahead of them (see
     /// [`WorkerConfig::claim_ahead`]).
     pub max_claim_batch: u32,
     /// The most outcomes written in one statement (default 1,000).
     pub max_finish_batch: usize,
     /// How many claims one queue may have running at once, each on its own connection
-    /// (default `None`: automatic, see [`WorkerConfig::claims_in_flight_for`]). Each claim
+    /// (default `None`: automatic, see [`WorkerConfig::claims_in_flight_for`], and
+    /// [`WorkerConfig::backlog_claims_in_flight_for`] for a backlog of short jobs). Each claim
     /// asks for at most `max_claim_batch` jobs and at most the queue's concurrency (plus what
     /// it may claim ahead) divided by this number, and all claims together never take more
     /// jobs than the queue has free slots plus what it may claim ahead. Several claims in flight keep a large queue fed while earlier claims' jobs are
@@ -151,6 +152,24 @@ impl WorkerConfig {
                 .clamp(2, Self::AUTO_CLAIMS_IN_FLIGHT_MAX)
         });
         n.clamp(1, concurrency.max(1))
+    }
+
+    /// The claims in flight a queue of `concurrency` keeps while it works through a backlog
+    /// of short jobs, claiming ahead of its slots (see [`WorkerConfig::claim_ahead`]): the
+    /// setting when there is one; automatically, one for a queue whose concurrency is at most
+    /// half of `max_claim_batch` (one whole claim, with the jobs waiting for a slot covering
+    /// its round trip, costs the server less than several claims stepping past each other's
+    /// rows at the front of the queue), else [`Self::claims_in_flight_for`]. Once a claim
+    /// comes back short (no backlog), a notification that arrives while a claim is out
+    /// starts another at once, up to [`Self::claims_in_flight_for`].
+    pub fn backlog_claims_in_flight_for(&self, concurrency: usize) -> usize {
+        let most = self.claims_in_flight_for(concurrency);
+        let half_batch = usize::try_from(self.max_claim_batch / 2).unwrap_or(usize::MAX);
+        if self.claims_in_flight.is_none() && concurrency <= half_batch {
+            1
+        } else {
+            most
+        }
     }
 
     /// Checks the settings; returns the lease in microseconds.
@@ -254,7 +273,7 @@ impl Default for WorkerConfig {
             poll_interval: Some(Self::DEFAULT_POLL_INTERVAL),
             reap_interval: Self::DEFAULT_REAP_INTERVAL,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
-            max_claim_batch: 100,
+            max_claim_batch: 500,
             max_finish_batch: 1_000,
             claims_in_flight: None,
             claim_ahead: true,

@@ -101,6 +101,9 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut lookup = Lookup::default();
     let mut position = Position::new(shared.cfg.claim_positions);
     let max_in_flight = shared.cfg.claims_in_flight_for(slot.concurrency);
+    // Working through a backlog with jobs claimed ahead: the claims out at once (the jobs
+    // waiting for a slot cover a claim's round trip).
+    let backlog_in_flight = shared.cfg.backlog_claims_in_flight_for(slot.concurrency);
     // Each claim asks for at most this many: the batch, or the share per claim of the slots
     // and of what may be claimed ahead of them.
     let chunk = |ahead: usize| {
@@ -153,6 +156,12 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                 .front()
                 .is_some_and(|w| w.since.elapsed() >= AHEAD_SLOW);
             let cap = slot.ahead_cap(shared.cfg.claim_ahead && !slow, AHEAD_WAIT, ahead_most);
+            // A backlog of short jobs: fewer, whole claims. (A job enqueued meanwhile
+            // queues behind the backlog anyway; once a claim comes back short, a
+            // notification starts a claim at once again.)
+            if backlog && cap > 0 && claims.len() >= backlog_in_flight {
+                break;
+            }
             let chunk = chunk(cap);
             let running = slot
                 .concurrency

@@ -425,3 +425,75 @@ async fn shutdown_hands_back_jobs_claimed_ahead_at_once() {
     assert_eq!((stats.done, stats.handed_back), (WARM + 1, 1), "{stats:?}");
     assert_eq!(t.runs.lock().unwrap().get(&t.ahead.0), None);
 }
+
+/// The most claim statements of the test's schema seen running at once, sampled from
+/// `pg_stat_activity` on a connection of its own until `stop` is notified.
+fn overlapping_claims(b: &Bundle, stop: Arc<Notify>) -> tokio::task::JoinHandle<i64> {
+    let url = b.db.url().to_owned();
+    let like = format!("%FROM \"{}\".jobs%FOR UPDATE SKIP LOCKED%", b.db.schema());
+    tokio::spawn(async move {
+        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let q = c
+            .prepare(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE state = 'active' AND query LIKE $1 AND pid <> pg_backend_pid()",
+            )
+            .await
+            .unwrap();
+        let mut most = 0i64;
+        let stopped = stop.notified();
+        tokio::pin!(stopped);
+        loop {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&like];
+            let sample = c.query_one(&q, &params);
+            tokio::select! {
+                () = &mut stopped => return most,
+                row = sample => most = most.max(row.unwrap().get(0)),
+            }
+        }
+    })
+}
+
+/// A backlog of short jobs at a concurrency of at most half a claim batch, with the
+/// automatic claims in flight: one claim at a time works through it (whole batches, the
+/// jobs claimed ahead covering the round trip), where several claims would step past each
+/// other's rows at the front of the queue. Negative control (run by hand): with
+/// `.claims_in_flight(2)` the sampler sees two claims at once and this test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_short_jobs_is_claimed_one_whole_claim_at_a_time() {
+    const JOBS: usize = 20_000;
+    const CONCURRENCY: usize = 50;
+    let b = setup().await;
+    let cfg = skiplock::WorkerConfig::default();
+    assert!(CONCURRENCY <= cfg.max_claim_batch as usize / 2);
+    assert_eq!(cfg.backlog_claims_in_flight_for(CONCURRENCY), 1);
+    assert_eq!(cfg.claims_in_flight_for(CONCURRENCY), 2);
+    let batch: Vec<NewJob> = (0..JOBS as u32).map(|i| NewJob::new("noop", &i)).collect();
+    b.client.enqueue_many(&batch).await.unwrap();
+    b.raw.batch_execute("VACUUM ANALYZE jobs").await.unwrap();
+    let registry = Registry::new().register_handler("noop", JobOptions::default(), noop());
+    let worker = Worker::builder(b.client.clone(), registry)
+        .queue("default", CONCURRENCY)
+        .build()
+        .unwrap();
+    let sizes = claim_sizes(worker.subscribe());
+    let stop = Arc::new(Notify::new());
+    let sampler = overlapping_claims(&b, stop.clone());
+    let stats = worker.run_until_idle().await.unwrap();
+    stop.notify_one();
+    let most = sampler.await.unwrap();
+    assert_eq!(stats.done, JOBS as u64, "{stats:?}");
+    let sizes = sizes.await.unwrap();
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    assert_eq!(
+        largest,
+        cfg.max_claim_batch as usize,
+        "claims were whole batches ({} claims)",
+        sizes.len()
+    );
+    assert!(most >= 1, "the sampler saw the claims");
+    assert_eq!(most, 1, "{most} claims ran at once");
+}
