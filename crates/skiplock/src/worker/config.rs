@@ -156,20 +156,23 @@ impl WorkerConfig {
 
     /// The claims in flight a queue of `concurrency` keeps while it works through a backlog
     /// of short jobs, claiming ahead of its slots (see [`WorkerConfig::claim_ahead`]): the
-    /// setting when there is one; automatically, one for a queue whose concurrency is at most
-    /// half of `max_claim_batch` (one whole claim, with the jobs waiting for a slot covering
-    /// its round trip, costs the server less than several claims stepping past each other's
-    /// rows at the front of the queue), else [`Self::claims_in_flight_for`]. Once a claim
+    /// setting when there is one; automatically, one per twice `max_claim_batch` of
+    /// concurrency (one up to 1,000 with the default batch of 500), and no more than
+    /// [`Self::claims_in_flight_for`]: one whole claim, with the jobs waiting for a slot
+    /// covering its round trip, costs the server less than several claims stepping past each
+    /// other's rows at the front of the queue. Once a claim
     /// comes back short (no backlog), a notification that arrives while a claim is out
     /// starts another at once, up to [`Self::claims_in_flight_for`].
     pub fn backlog_claims_in_flight_for(&self, concurrency: usize) -> usize {
         let most = self.claims_in_flight_for(concurrency);
-        let half_batch = usize::try_from(self.max_claim_batch / 2).unwrap_or(usize::MAX);
-        if self.claims_in_flight.is_none() && concurrency <= half_batch {
-            1
-        } else {
-            most
+        if self.claims_in_flight.is_some() {
+            return most;
         }
+        let two_batches = usize::try_from(self.max_claim_batch)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(2)
+            .max(1);
+        concurrency.div_ceil(two_batches).clamp(1, most)
     }
 
     /// Checks the settings; returns the lease in microseconds.

@@ -457,7 +457,7 @@ fn overlapping_claims(b: &Bundle, stop: Arc<Notify>) -> tokio::task::JoinHandle<
     })
 }
 
-/// A backlog of short jobs at a concurrency of at most half a claim batch, with the
+/// A backlog of short jobs at a concurrency of at most two claim batches, with the
 /// automatic claims in flight: one claim at a time works through it (whole batches, the
 /// jobs claimed ahead covering the round trip), where several claims would step past each
 /// other's rows at the front of the queue. Negative control (run by hand): with
@@ -468,9 +468,15 @@ async fn a_backlog_of_short_jobs_is_claimed_one_whole_claim_at_a_time() {
     const CONCURRENCY: usize = 50;
     let b = setup().await;
     let cfg = skiplock::WorkerConfig::default();
-    assert!(CONCURRENCY <= cfg.max_claim_batch as usize / 2);
     assert_eq!(cfg.backlog_claims_in_flight_for(CONCURRENCY), 1);
     assert_eq!(cfg.claims_in_flight_for(CONCURRENCY), 2);
+    // One per two batches of concurrency; a set value is kept.
+    assert_eq!(cfg.backlog_claims_in_flight_for(1_000), 1);
+    assert_eq!(cfg.backlog_claims_in_flight_for(1_001), 2);
+    assert_eq!(cfg.backlog_claims_in_flight_for(4_000), 4);
+    let mut set = cfg.clone();
+    set.claims_in_flight = Some(3);
+    assert_eq!(set.backlog_claims_in_flight_for(CONCURRENCY), 3);
     let batch: Vec<NewJob> = (0..JOBS as u32).map(|i| NewJob::new("noop", &i)).collect();
     b.client.enqueue_many(&batch).await.unwrap();
     b.raw.batch_execute("VACUUM ANALYZE jobs").await.unwrap();
