@@ -144,10 +144,15 @@ pub struct Args {
           )))]
     vacuum_threshold: Threshold,
     /// Claims each queue may have in flight at once, each on its own connection (default:
-    /// automatic, one per 100 of concurrency, between 2 and 4). All of them together never
-    /// take more jobs than the queue has free slots.
+    /// automatic, one per --max-claim-batch of concurrency, between 2 and 4, and while a
+    /// queue works through a backlog of short jobs one per twice that). All of them together
+    /// never take more jobs than the queue has free slots plus what it may claim ahead.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     claims_in_flight: Option<u64>,
+    /// The most jobs one claim takes (default 500). Lower it for jobs with large payloads:
+    /// a claim of short jobs takes a whole batch, even beyond the queue's free slots.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_claim_batch: Option<u32>,
     /// Keep every claim within the queue's free slots. By default a queue whose slots start
     /// jobs often (its recent jobs' mean run time under its concurrency times 5 ms) claims up
     /// to its batch even with fewer slots free, and holds the jobs without a slot for about
@@ -238,6 +243,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if let Some(url) = &args.listen_url {
         builder = builder.listen_url(url);
+    }
+    if let Some(n) = args.max_claim_batch {
+        builder = builder.max_claim_batch(n);
     }
     if let Some(n) = args.claims_in_flight {
         builder = builder.claims_in_flight(usize::try_from(n).unwrap_or(1));

@@ -346,3 +346,49 @@ async fn serve_publishes_the_database_gauges() {
     );
     stop(child);
 }
+
+/// `work --max-claim-batch 7`: no claim takes more than 7 jobs, though the queue has 50
+/// slots (every claim falls in the batch-size histogram's bucket of 10 and under).
+/// Negative control (run by hand): without the option the first claim takes 25, in the
+/// bucket of 25, and the test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_max_claim_batch_bounds_every_claim() {
+    let db = TestDb::new().await;
+    let client = skiplock::Client::builder(db.url())
+        .schema(db.schema())
+        .build()
+        .unwrap();
+    client.migrate().await.unwrap();
+    let jobs: Vec<NewJob> = (0..60).map(|_| NewJob::from_json("noop", "{}")).collect();
+    client.enqueue_many(&jobs).await.unwrap();
+    let addr = free_addr();
+    let child = cmd(
+        &db,
+        &[
+            "work",
+            "--queue",
+            "default=50",
+            "--max-claim-batch",
+            "7",
+            "--metrics-addr",
+            &addr.to_string(),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t = scrape_until(addr, "60 jobs claimed, in the histogram", |t| {
+        value(t, "skiplock_jobs_claimed_total", &[]) == Some(60.0)
+            && value(t, "skiplock_claim_batch_size_sum", &[]) == Some(60.0)
+    });
+    let _ = stop(child);
+    let claims = value(&t, "skiplock_claim_batch_size_count", &[]).unwrap();
+    let small = value(&t, "skiplock_claim_batch_size_bucket", &[("le", "10")]).unwrap();
+    assert!(
+        claims >= 9.0,
+        "60 jobs in claims of at most 7: {claims} claims"
+    );
+    assert_eq!(small, claims, "every claim took 10 jobs or fewer");
+    assert_eq!(count(&db, "status = 'done'").await, 60);
+}

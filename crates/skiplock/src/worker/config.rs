@@ -392,6 +392,12 @@ impl WorkerBuilder {
         self
     }
 
+    /// See [`WorkerConfig::max_claim_batch`] (default 500; at least 1, checked by `build`).
+    pub fn max_claim_batch(mut self, n: u32) -> Self {
+        self.cfg.max_claim_batch = n;
+        self
+    }
+
     /// See [`WorkerConfig::claims_in_flight`] (default: picked from each queue's
     /// concurrency).
     pub fn claims_in_flight(mut self, n: usize) -> Self {
