@@ -159,6 +159,13 @@ pub struct Args {
     /// 5 ms (their leases renewed; one that waits 10 s goes back to the queue).
     #[arg(long)]
     no_claim_ahead: bool,
+    /// Let this worker's claims through a backlog run at once with other workers' claims of
+    /// the queue. By default, while its last claim came back full, a claim waits its turn
+    /// behind the queue's other such claims on this database (an advisory lock held for the
+    /// claim's statement), which costs the server less than claims stepping past each
+    /// other's rows at the queue's front.
+    #[arg(long)]
+    no_claim_in_turn: bool,
     /// Use named prepared statements for claims, outcomes and heartbeats (faster; not through
     /// PgBouncer in transaction mode unless it supports them).
     #[arg(long)]
@@ -252,6 +259,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if args.no_claim_ahead {
         builder = builder.claim_ahead(false);
+    }
+    if args.no_claim_in_turn {
+        builder = builder.claim_in_turn(false);
     }
     let worker = builder.build()?;
     // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get

@@ -99,6 +99,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "notify_when_waiting",
         sql: include_str!("../migrations/0015_notify_when_waiting.sql"),
     },
+    Migration {
+        version: 16,
+        name: "claims_in_turn",
+        sql: include_str!("../migrations/0016_claims_in_turn.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -379,7 +379,14 @@ impl Client {
         }
         let conn = self.conn("claim jobs").await?;
         self.store()
-            .job_claim(&conn, queue, i64::from(limit), lease_us, &After::FRONT)
+            .job_claim(
+                &conn,
+                queue,
+                i64::from(limit),
+                lease_us,
+                &After::FRONT,
+                false,
+            )
             .await
     }
 

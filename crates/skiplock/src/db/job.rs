@@ -140,7 +140,8 @@ impl Store {
 
     /// `job_claim.sql`: claims up to `limit` ready jobs of `queue` on a pooled connection
     /// (a prepared statement cached on it when prepared statements are on), in claim order.
-    /// Only jobs after `after` ([`After::FRONT`]: all of them).
+    /// Only jobs after `after` ([`After::FRONT`]: all of them). `in_turn`: through
+    /// `job_claim_in_turn.sql` (the same claim, one at a time per queue across sessions).
     pub(crate) async fn job_claim(
         &self,
         conn: &Object,
@@ -148,11 +149,17 @@ impl Store {
         limit: i64,
         lease_us: i64,
         after: &After,
+        in_turn: bool,
     ) -> Result<Vec<ClaimedJob>> {
+        let statement = if in_turn {
+            &self.sql.claim_in_turn
+        } else {
+            &self.sql.claim
+        };
         claim(
             &***conn,
             self.cache(conn),
-            &self.sql,
+            statement,
             queue,
             limit,
             lease_us,
@@ -507,7 +514,7 @@ impl After {
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
-    sql: &Sql,
+    statement: &str,
     queue: &str,
     limit: i64,
     lease_us: i64,
@@ -516,7 +523,7 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     let rows = rows(
         c,
         cache,
-        &sql.claim,
+        statement,
         &[
             (&queue, Type::TEXT),
             (&limit, Type::INT8),

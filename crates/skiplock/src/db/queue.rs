@@ -70,6 +70,23 @@ impl Store {
             .map_err(crate::error::Error::db("look the queue up"))
     }
 
+    /// `queue_flags.sql`: whether `queue` is paused, and its limit bound (`'slots'`,
+    /// `'rate'`, or none).
+    pub(crate) async fn queue_flags<C: GenericClient + Sync>(
+        &self,
+        c: &C,
+        queue: &str,
+    ) -> crate::error::Result<(bool, Option<String>)> {
+        async {
+            let row = c
+                .query_typed_one(&self.sql.queue_flags, &[(&queue, Type::TEXT)])
+                .await?;
+            Ok::<_, tokio_postgres::Error>((row.try_get("paused")?, row.try_get("bound")?))
+        }
+        .await
+        .map_err(crate::error::Error::db("read the queue's pause"))
+    }
+
     /// `queue_list.sql`: every queue's pause and its queued, ready and running jobs.
     pub(crate) async fn queue_list<C: GenericClient + Sync>(
         &self,

@@ -125,6 +125,16 @@ impl Client {
         self.store().queue_list(&**conn).await
     }
 
+    /// Whether `queue` is paused (see [`Client::pause_queue`]): one primary-key probe of the
+    /// `queues` table, whatever the queue holds; `false` for a queue never paused, or
+    /// unknown. [`Client::queues`] also says since when, by whom, and what waits.
+    pub async fn queue_paused(&self, queue: &str) -> Result<bool> {
+        const OP: &str = "read the queue's pause";
+        input::queue_name(queue)?;
+        let conn = self.conn(OP).await?;
+        Ok(self.store().queue_flags(&**conn, queue).await?.0)
+    }
+
     /// Whether `queue` is known on this schema: a `queues` row names it (it was paused once)
     /// or a queued or running job does. A command can refuse to pause a queue that is not
     /// known, which is most often a typo. Reads index probes only, never the finished

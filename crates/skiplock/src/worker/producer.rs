@@ -176,9 +176,11 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             let want = room.min(chunk);
             claim_now = false;
             let from = position.next(Instant::now());
+            // Through a backlog: in turn with the queue's other workers (migration 16).
+            let in_turn = backlog && shared.cfg.claim_in_turn;
             let (shared, slot) = (shared.clone(), slot.clone());
             let task = claims.spawn(async move {
-                let (cost, r) = claim(&shared, &slot, want, &from).await;
+                let (cost, r) = claim(&shared, &slot, want, &from, in_turn).await;
                 (want, from, cost, r)
             });
             asked.insert(task.id(), want as usize);
@@ -412,6 +414,7 @@ async fn claim(
     slot: &QueueSlot,
     want: u32,
     from: &After,
+    in_turn: bool,
 ) -> (Duration, Result<Vec<ClaimedJob>, Error>) {
     let started = std::time::Instant::now();
     let mut cost = Duration::ZERO;
@@ -421,7 +424,14 @@ async fn claim(
         let r = shared
             .client
             .store()
-            .job_claim(&conn, &slot.name, i64::from(want), shared.lease_us, from)
+            .job_claim(
+                &conn,
+                &slot.name,
+                i64::from(want),
+                shared.lease_us,
+                from,
+                in_turn,
+            )
             .await;
         cost = sent.elapsed();
         r
@@ -508,17 +518,21 @@ fn start(
 /// Whether the queue's last claim left ready jobs behind for want of a slot or of room in
 /// its rate window; if so, when to claim again: when the window has room, or shortly (a
 /// freed slot's notification usually comes first).
+///
+/// The queue's row first (`queue_flags.sql`, one probe): a drain's last claims come back empty
+/// while the ready index still holds the entries of every job just claimed, which
+/// `job_next_run_at.sql` would walk; only a rate-bound queue asks it for the wait.
 async fn held_back(shared: &Shared, slot: &QueueSlot) -> Option<Instant> {
     let conn = shared.client.conn("look up the next due job").await.ok()?;
-    let (wait, _, bound) = shared
-        .client
-        .store()
-        .job_next_run_at(&**conn, &slot.name, &After::FRONT)
-        .await
-        .ok()?;
+    let store = shared.client.store();
+    let (_, bound) = store.queue_flags(&**conn, &slot.name).await.ok()?;
     let retry = Duration::from_millis(250);
     match bound.as_deref() {
         Some("rate") => {
+            let (wait, _, _) = store
+                .job_next_run_at(&**conn, &slot.name, &After::FRONT)
+                .await
+                .ok()?;
             let us = wait.unwrap_or(0);
             let wait = if us <= 0 {
                 retry

@@ -499,3 +499,28 @@ async fn pause_and_resume_follow_an_sqlx_transaction() {
     tx.commit().await.unwrap();
     assert_eq!(b.client.claim("default", 2, lease).await.unwrap().len(), 2);
 }
+
+/// `Client::queue_paused` reads the queue's `queues` row: false for a queue never paused
+/// (known or not), true once paused, false again after the resume; a bad name is refused
+/// and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_paused_follows_pause_and_resume() {
+    let b = setup().await;
+    b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    assert!(!b.client.queue_paused("default").await.unwrap());
+    assert!(!b.client.queue_paused("never-seen").await.unwrap());
+    b.client.pause_queue("default", Some("test")).await.unwrap();
+    assert!(b.client.queue_paused("default").await.unwrap());
+    assert!(!b.client.queue_paused("other").await.unwrap());
+    b.client.resume_queue("default").await.unwrap();
+    assert!(!b.client.queue_paused("default").await.unwrap());
+    let err = b.client.queue_paused("no spaces").await.unwrap_err();
+    assert!(err.to_string().contains("queue"), "{err}");
+    let rows: i64 = b
+        .raw
+        .query_one("SELECT count(*) FROM queues WHERE name = 'no spaces'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0);
+}
