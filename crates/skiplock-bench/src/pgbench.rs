@@ -2,7 +2,10 @@
 //! (`job_claim.sql`, as [`Client::statement`] renders it) followed by a fenced completion of
 //! what it claimed, from 1 to 16 clients, each on a fresh table of pre-enqueued jobs. The
 //! best rate of those runs is the most the server does for the work: the worker's figures are
-//! shares of it.
+//! shares of it. Each client count runs three scripts: the claim with the leanest fenced
+//! completion, with the worker's `job_complete_many.sql`, and the worker's claim through a
+//! backlog (`job_claim_in_turn.sql`: the same claim behind the queue's advisory lock) with
+//! `job_complete_many.sql`; the best of them all is the ceiling.
 //!
 //! pgbench's scripts are generated here from the statements themselves: the claim's
 //! parameters become pgbench variables (`:queue`, `:batch`, `:lease`), and its rows are folded
@@ -31,6 +34,9 @@ pub enum Completion {
     Lean,
     /// The worker's own statement for successes, `job_complete_many.sql`.
     Worker,
+    /// The worker's claim through a backlog, `job_claim_in_turn.sql` (`job_claim.sql` behind
+    /// the queue's advisory lock, migration 16), then `job_complete_many.sql`.
+    InTurn,
 }
 
 impl Completion {
@@ -39,6 +45,7 @@ impl Completion {
         match self {
             Completion::Lean => "leanest fenced UPDATE",
             Completion::Worker => "the worker's job_complete_many.sql",
+            Completion::InTurn => "job_complete_many.sql after the claim in turn",
         }
     }
 
@@ -47,6 +54,7 @@ impl Completion {
         match self {
             Completion::Lean => "lean",
             Completion::Worker => "worker",
+            Completion::InTurn => "worker-in-turn",
         }
     }
 }
@@ -108,6 +116,30 @@ pub fn find() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The claim in turn (`job_claim_in_turn.sql`), rendered for `client`'s schema, as a pgbench
+/// command that stores the claimed ids and attempts in `:ids` and `:att`.
+fn claim_in_turn_command(client: &Client) -> Result<String> {
+    const CALL: &str = ".claim_in_turn($1, $2, $3, $4, $5, $6)";
+    let sql = client.statement(skiplock::Statement::ClaimInTurn);
+    let Some(call) = sql.lines().find(|l| l.contains(CALL)) else {
+        return Err(Error::refused(
+            "job_claim_in_turn.sql no longer calls claim_in_turn($1, … $6): the pgbench \
+             script cannot wrap it (see the bench's pgbench module)",
+        ));
+    };
+    let call = call
+        .replace("$1", ":queue")
+        .replace("$2", ":batch")
+        .replace("$3", ":lease")
+        .replace("$4", "(-32768)::int2")
+        .replace("$5", "NULL")
+        .replace("$6", "(-9223372036854775808)::int8");
+    Ok(format!(
+        "WITH got AS ({call})\nSELECT coalesce(array_agg(id ORDER BY id), '{{}}')::text AS ids,\n       \
+         coalesce(array_agg(attempts ORDER BY id), '{{}}')::text AS att\nFROM got\n\\gset\n"
+    ))
+}
+
 /// The claim, rendered for `client`'s schema, as a pgbench command that stores the claimed
 /// ids and attempts in `:ids` and `:att`.
 fn claim_command(client: &Client) -> Result<String> {
@@ -138,7 +170,7 @@ fn claim_command(client: &Client) -> Result<String> {
 fn completion_command(client: &Client, schema: &Schema, completion: Completion) -> String {
     let sql = match completion {
         Completion::Lean => Statement::BenchCompleteLean.sql(schema),
-        Completion::Worker => client
+        Completion::Worker | Completion::InTurn => client
             .statement(skiplock::Statement::CompleteMany)
             .replace("$3", "NULL"),
     };
@@ -150,7 +182,11 @@ pub(crate) fn script(client: &Client, batch: u32, completion: Completion) -> Res
     let schema = client.schema();
     Ok(format!(
         "\\set batch {batch}\n\\set lease {LEASE_US}\n{}{}",
-        claim_command(client)?,
+        if completion == Completion::InTurn {
+            claim_in_turn_command(client)?
+        } else {
+            claim_command(client)?
+        },
         completion_command(client, schema, completion)
     ))
 }

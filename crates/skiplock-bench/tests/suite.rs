@@ -105,14 +105,28 @@ async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end()
     // The points, as `skiplock bench --json` prints them.
     let of = |s: &str| seen.points.iter().filter(|p| p["scenario"] == s).count();
     assert!(of("throughput-ceiling") >= 2);
-    // pgbench at 1 and 2 clients, each with the lean and the worker's completion (quick:
-    // one round), where a pgbench is found.
+    // pgbench at 1 and 2 clients, each with the lean and the worker's completion and with
+    // the claim in turn (quick: one round), where a pgbench is found; every script drains
+    // its table.
     let pgbench = if skiplock_bench::pgbench::find().is_some() {
-        4
+        6
     } else {
         0
     };
     assert_eq!(of("throughput-ceiling-pgbench"), pgbench);
+    let in_turn: Vec<_> = seen
+        .points
+        .iter()
+        .filter(|p| p["scenario"] == "throughput-ceiling-pgbench")
+        .filter(|p| p["completion"] == "worker-in-turn")
+        .collect();
+    assert_eq!(in_turn.len(), pgbench / 3, "{in_turn:?}");
+    assert!(
+        in_turn
+            .iter()
+            .all(|p| p["left_running"] == 0 && p["jobs_per_s"].as_f64() > Some(0.0)),
+        "{in_turn:?}"
+    );
     // Two worker points, one round: each run, then each point's best.
     assert_eq!(of("throughput-run"), 2);
     assert_eq!(of("throughput"), 2);

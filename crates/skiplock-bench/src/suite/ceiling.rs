@@ -47,8 +47,13 @@ pub(super) fn program() -> std::result::Result<PathBuf, String> {
     })
 }
 
-/// One round of pgbench runs: every client count with both completions, each on a fresh table
-/// of `jobs`; adds each rate to `swept` (in the order of `clients`, lean first).
+/// The scripts each client count runs in a round of [`round`].
+pub(super) const SHAPES: [Completion; 3] =
+    [Completion::Lean, Completion::Worker, Completion::InTurn];
+
+/// One round of pgbench runs: every client count with each completion (and the claim in turn
+/// before the worker's), each on a fresh table of `jobs`; adds each rate to `swept` (in the
+/// order of `clients`, lean first).
 pub(super) async fn round(
     s: &mut Sitting<'_>,
     program: &std::path::Path,
@@ -59,7 +64,7 @@ pub(super) async fn round(
 ) -> Result<()> {
     let mut i = 0;
     for &c in clients {
-        for completion in [Completion::Lean, Completion::Worker] {
+        for completion in SHAPES {
             s.observer.run(&format!(
                 "ceiling, pgbench, {c} clients, {}",
                 completion.label()

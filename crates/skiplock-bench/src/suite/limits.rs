@@ -29,7 +29,8 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let measured = s.ceiling.as_ref().filter(|c| c.jobs == jobs).cloned();
     let ceiling_runs = match (&measured, ceiling::program()) {
         (Some(_), _) => 0,
-        (None, Ok(_)) => 4,
+        // Two client counts, each script.
+        (None, Ok(_)) => 2 * ceiling::SHAPES.len(),
         (None, Err(_)) => 0,
     };
     s.observer

@@ -93,7 +93,11 @@ impl Plan {
     }
 
     fn runs(&self, pgbench: bool) -> usize {
-        let ceiling = if pgbench { self.clients.len() * 2 } else { 0 };
+        let ceiling = if pgbench {
+            self.clients.len() * super::ceiling::SHAPES.len()
+        } else {
+            0
+        };
         self.rounds * (ceiling + self.points.len())
             + self.loops.len()
             + self.pipelined.len()
@@ -395,21 +399,30 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
         Ok(swept) => {
             let _ = write!(
                 t,
-                "Ceiling: pgbench (`-M prepared`, a C client) running the worker's own `job_claim.sql` (batches of {batch}, every column computed; the rows are folded into two arrays instead of being sent) followed by a fenced completion of what it claimed, on a fresh table of {} pre-enqueued jobs per run; the best of {rounds} rounds, interleaved with the worker's. The leanest completion is one `UPDATE … FROM unnest(ids, attempts)` guarded by `status = 'running'` and the attempt (`bench_complete_lean.sql`); the worker's is `job_complete_many.sql`, which locks the rows in id order first and answers row by row. pgbench's rates leave connection time out.\n\n| clients | leanest fenced UPDATE jobs/s | the worker's job_complete_many.sql jobs/s | rows left running |\n|---:|---:|---:|---:|\n",
+                "Ceiling: pgbench (`-M prepared`, a C client) running the worker's own `job_claim.sql` (batches of {batch}, every column computed; the rows are folded into two arrays instead of being sent) followed by a fenced completion of what it claimed, on a fresh table of {} pre-enqueued jobs per run; the best of {rounds} rounds, interleaved with the worker's. The leanest completion is one `UPDATE … FROM unnest(ids, attempts)` guarded by `status = 'running'` and the attempt (`bench_complete_lean.sql`); the worker's is `job_complete_many.sql`, which locks the rows in id order first and answers row by row. The last column claims as the worker does through a backlog, with `job_claim_in_turn.sql` (the same claim behind the queue's advisory lock, so that the clients' claims take turns), then completes with `job_complete_many.sql`. pgbench's rates leave connection time out.\n\n| clients | leanest fenced UPDATE jobs/s | the worker's job_complete_many.sql jobs/s | claim in turn + job_complete_many.sql jobs/s | rows left running |\n|---:|---:|---:|---:|---:|\n",
                 thousands(plan.jobs)
             );
             for c in &plan.clients {
                 let at = |k| swept.iter().find(|w| w.clients == *c && w.completion == k);
-                let (lean, worker) = (
+                let (lean, worker, in_turn) = (
                     at(crate::pgbench::Completion::Lean),
                     at(crate::pgbench::Completion::Worker),
+                    at(crate::pgbench::Completion::InTurn),
                 );
                 let rate = |w: Option<&Swept>| {
                     w.map_or_else(|| "–".to_owned(), |w| format!("{:.0}", w.best()))
                 };
-                let left =
-                    lean.map_or(0, |w| w.left_running) + worker.map_or(0, |w| w.left_running);
-                let _ = writeln!(t, "| {c} | {} | {} | {left} |", rate(lean), rate(worker));
+                let left: usize = [lean, worker, in_turn]
+                    .iter()
+                    .map(|w| w.map_or(0, |w| w.left_running))
+                    .sum();
+                let _ = writeln!(
+                    t,
+                    "| {c} | {} | {} | {} | {left} |",
+                    rate(lean),
+                    rate(worker),
+                    rate(in_turn)
+                );
             }
             let _ = writeln!(
                 t,
