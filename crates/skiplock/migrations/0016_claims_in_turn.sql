@@ -17,7 +17,8 @@
 -- VOLATILE PL/pgSQL function takes a fresh snapshot for each statement it runs), so it
 -- finds the rows its predecessor took already gone from the ready set instead of stepping
 -- past them. The lock lasts one statement (the claim runs in autocommit): a worker that
--- dies mid-claim holds no one up beyond that statement. The worker claims through it only
+-- dies mid-claim holds no one up beyond that statement, and a claim waits 2 s at most for its
+-- turn, then claims without it. The worker claims through it only
 -- while it works through a backlog (its last claim came back full) and
 -- `WorkerConfig::claim_in_turn` is on (the default). Short claims, a worker's first one and
 -- `Client::claim` run job_claim.sql directly, without the lock: they step past the rows of a
@@ -25,7 +26,7 @@
 --
 -- The claim itself is job_claim.sql's statement, run with EXECUTE (planned for its
 -- parameters at each call, as the worker's unprepared statement is): the same plan, the
--- same parameters $1-$6, the same rows. The test it::plans::claim_in_turn_runs_job_claim_sql
+-- same parameters $1-$6, the same rows. The test it::claim::claim_in_turn_runs_job_claim_sql
 -- checks that the text below is job_claim.sql's.
 
 -- The advisory-lock key of a queue's claims in turn: the same text as the keys of migration
@@ -42,8 +43,19 @@ RETURNS TABLE (id bigint, queue text, kind text, payload text, attempts int, max
                priority smallint, run_at timestamptz, created_at timestamptz,
                locked_until timestamptz)
 LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+  session_lock_timeout text := current_setting('lock_timeout');
 BEGIN
-  PERFORM pg_advisory_xact_lock({schema}.jobs_claim_key(p_queue));
+  -- The turn is waited for 2 s at most (turns take milliseconds: one claim each): a claim
+  -- whose turn does not come by then (the holder's session stuck sending its rows to a
+  -- vanished client, say) claims without it, as job_claim.sql does, instead of failing.
+  PERFORM set_config('lock_timeout', '2s', true);
+  BEGIN
+    PERFORM pg_advisory_xact_lock({schema}.jobs_claim_key(p_queue));
+  EXCEPTION WHEN lock_not_available THEN
+    NULL;
+  END;
+  PERFORM set_config('lock_timeout', session_lock_timeout, true);
   RETURN QUERY EXECUTE $claim$
 WITH next AS MATERIALIZED (
   SELECT id

@@ -373,3 +373,122 @@ async fn claim_in_turn_runs_job_claim_sql() {
         .statement(Statement::ClaimInTurn)
         .contains(".claim_in_turn($1, $2, $3, $4, $5, $6)"));
 }
+
+/// The queue's lock of a claim in turn is the transaction's: a session that dies holding it
+/// (terminated here while its claim's transaction stays open, where the worker's claim runs
+/// in autocommit and holds it for one statement) releases it with its transaction, and the
+/// claim waiting behind it runs at once and takes the jobs the dead one had claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..4).map(|i| NewJob::new("k", &i)).collect();
+    let ids: Vec<i64> = b
+        .client
+        .enqueue_many(&jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.0)
+        .collect();
+    let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
+    let params =
+        |n: &'static i64| -> [(&'static (dyn tokio_postgres::types::ToSql + Sync), Type); 6] {
+            [
+                (&"default", Type::TEXT),
+                (n, Type::INT8),
+                (&300_000_000i64, Type::INT8),
+                (&FRONT.0, Type::INT2),
+                (&FRONT.1, Type::TIMESTAMPTZ),
+                (&FRONT.2, Type::INT8),
+            ]
+        };
+    let mut a = b.db.connect().await.unwrap();
+    let pid: i32 = a
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let tx = a.transaction().await.unwrap();
+    let first = tx.query_typed(&in_turn, &params(&4)).await.unwrap();
+    assert_eq!(first.len(), 4);
+    let second = b.db.connect().await.unwrap();
+    let waiting = tokio::spawn({
+        let in_turn = in_turn.clone();
+        async move {
+            second
+                .query_typed(&in_turn, &params(&4))
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get::<_, i64>("id"))
+                .collect::<Vec<_>>()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the claim waits for its turn");
+    let killed: bool = b
+        .raw
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(killed);
+    // Well within the 2 s a claim waits at most for its turn (the next test).
+    let got = tokio::time::timeout(Duration::from_secs(1), waiting)
+        .await
+        .expect("the waiting claim ran once the holder's session died")
+        .unwrap();
+    assert_eq!(got, ids, "the dead session's claim was rolled back with it");
+    drop(tx);
+}
+
+/// A claim in turn waits 2 s at most for its turn: behind a holder whose transaction stays
+/// open (a session stuck mid-claim), it then claims without the turn, stepping past the
+/// holder's rows as a plain claim does, instead of failing on the session's `lock_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_turn_waits_two_seconds_at_most_for_its_turn() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..8).map(|i| NewJob::new("k", &i)).collect();
+    let ids: Vec<i64> = b
+        .client
+        .enqueue_many(&jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.0)
+        .collect();
+    let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
+    let four = 4i64;
+    let lease = 300_000_000i64;
+    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6] = [
+        (&"default", Type::TEXT),
+        (&four, Type::INT8),
+        (&lease, Type::INT8),
+        (&FRONT.0, Type::INT2),
+        (&FRONT.1, Type::TIMESTAMPTZ),
+        (&FRONT.2, Type::INT8),
+    ];
+    let mut a = b.db.connect().await.unwrap();
+    let tx = a.transaction().await.unwrap();
+    assert_eq!(tx.query_typed(&in_turn, &params).await.unwrap().len(), 4);
+    let c = b.db.connect().await.unwrap();
+    // The session's own lock_timeout (skiplock's default is 10 s) is restored after the wait.
+    c.batch_execute("SET lock_timeout = '10s'").await.unwrap();
+    let started = std::time::Instant::now();
+    let got: Vec<i64> = c
+        .query_typed(&in_turn, &params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, i64>("id"))
+        .collect();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1_800) && waited < Duration::from_secs(6),
+        "waited {waited:?}"
+    );
+    assert_eq!(got, ids[4..8], "claimed past the holder's rows");
+    let timeout: String = c.query_one("SHOW lock_timeout", &[]).await.unwrap().get(0);
+    assert_eq!(timeout, "10s");
+    tx.rollback().await.unwrap();
+}
