@@ -85,10 +85,11 @@ pub struct WorkerConfig {
     /// claim behind a transaction-scoped advisory lock per queue, so such claims run one at a
     /// time across processes, each after the one before it committed, instead of stepping
     /// past each other's rows at the queue's front. Short claims (no backlog) never wait for
-    /// it, and a claim waits 2 s at most for its turn, then claims without it. On two cores, eight processes of concurrency 25 drained a queue of no-op jobs
-    /// 10-20% faster with it, spending a fifth less of the server's CPU per job
-    /// (docs/SCALING.md); `false` lets the claims of several processes run at once, which
-    /// may suit a server with many cores and a queue whose claims are few and large.
+    /// it, and a claim waits 2 s at most for its turn, then claims without it. On two cores,
+    /// eight processes of concurrency 25 drained a queue of no-op jobs 10-15% faster with it,
+    /// spending a fifth less of the server's CPU per job (docs/SCALING.md); `false` lets the
+    /// claims of several processes run at once, which may suit a server with many cores and
+    /// a queue whose claims are few and large.
     pub claim_in_turn: bool,
     /// Whether to LISTEN for wake-ups (default true).
     pub listen: bool,
