@@ -67,6 +67,10 @@ pub(crate) const AHEAD_MAX_WAIT: Duration = Duration::from_secs(10);
 /// than the mean said: claim nothing more ahead.
 pub(crate) const AHEAD_SLOW: Duration = Duration::from_millis(20);
 
+/// At shutdown, how long the jobs claimed ahead wait for the claims still out to come back
+/// before they go back to the queue (see the end of [`run`]).
+pub(crate) const SHUTDOWN_CLAIMS_FIRST: Duration = Duration::from_secs(1);
+
 /// A claimed job waiting for a slot.
 struct Waiting {
     job: ClaimedJob,
@@ -321,8 +325,24 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
 
     // Shutdown: jobs claimed ahead go back at once, as do those of the claims still out
     // when they come back; the running jobs finish (or are cancelled at the deadline by
-    // the executor).
+    // the executor). The claims still out come back first (for `SHUTDOWN_CLAIMS_FIRST` at
+    // most): a claim that ran after the jobs claimed ahead went back would take them again,
+    // only to hand them back twice.
     lookup.running.abort_all();
+    let first = sleep_until(Some(Instant::now() + SHUTDOWN_CLAIMS_FIRST));
+    tokio::pin!(first);
+    loop {
+        tokio::select! {
+            done = claims.join_next() => match done {
+                Some(Ok((_, _, _, Ok(claimed)))) => {
+                    start(&shared, &slot, claimed, &mut jobs, &mut waiting);
+                }
+                Some(_) => {}
+                None => break,
+            },
+            () = &mut first => break,
+        }
+    }
     let _ = hand_back_stale(&shared, &mut waiting, Duration::ZERO);
     while let Some(done) = claims.join_next().await {
         if let Ok((_, _, _, Ok(claimed))) = done {
