@@ -166,15 +166,35 @@ fn claim_command(client: &Client) -> Result<String> {
     ))
 }
 
-/// The completion of `:ids` at `:att`, as a pgbench command.
-fn completion_command(client: &Client, schema: &Schema, completion: Completion) -> String {
+/// `job_complete_many.sql`'s own bound on its wait for a row another session holds.
+const COMPLETE_MANY_LOCK_TIMEOUT: &str = "set_config('lock_timeout', '500ms', true)";
+/// The bound in pgbench's copy of it.
+const PGBENCH_LOCK_TIMEOUT: &str = "set_config('lock_timeout', '10s', true)";
+
+/// The completion of `:ids` at `:att`, as a pgbench command. In `job_complete_many.sql` the
+/// wait for a row another session holds (a claim whose scan met it keeps it until that claim
+/// commits) is bounded by 500 ms, past which the worker writes the batch through
+/// `job_finish_many.sql` instead. pgbench cannot fall back, and a failed statement aborts
+/// its run: its copy waits up to 10 s, the same rows written.
+fn completion_command(client: &Client, schema: &Schema, completion: Completion) -> Result<String> {
     let sql = match completion {
         Completion::Lean => Statement::BenchCompleteLean.sql(schema),
-        Completion::Worker | Completion::InTurn => client
-            .statement(skiplock::Statement::CompleteMany)
-            .replace("$3", "NULL"),
+        Completion::Worker | Completion::InTurn => {
+            let sql = client.statement(skiplock::Statement::CompleteMany);
+            if !sql.contains(COMPLETE_MANY_LOCK_TIMEOUT) {
+                return Err(Error::refused(
+                    "job_complete_many.sql no longer sets its lock_timeout to 500ms: the \
+                     pgbench script cannot lengthen it (see the bench's pgbench module)",
+                ));
+            }
+            sql.replace(COMPLETE_MANY_LOCK_TIMEOUT, PGBENCH_LOCK_TIMEOUT)
+                .replace("$3", "NULL")
+        }
     };
-    format!("{};\n", sql.replace("$1", ":ids").replace("$2", ":att"))
+    Ok(format!(
+        "{};\n",
+        sql.replace("$1", ":ids").replace("$2", ":att")
+    ))
 }
 
 /// The whole script: the claim of `batch` with the worker's lease, then the completion.
@@ -187,7 +207,7 @@ pub(crate) fn script(client: &Client, batch: u32, completion: Completion) -> Res
         } else {
             claim_command(client)?
         },
-        completion_command(client, schema, completion)
+        completion_command(client, schema, completion)?
     ))
 }
 
@@ -253,10 +273,11 @@ pub async fn ceiling(
             what: format!(
                 "pgbench ended with {}: {}",
                 out.status,
+                // The statement's error, where pgbench printed one, else its last line.
                 stderr
                     .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
+                    .find(|l| l.contains("ERROR:"))
+                    .or_else(|| stderr.lines().rev().find(|l| !l.trim().is_empty()))
                     .unwrap_or("")
             ),
             source: None,
@@ -281,6 +302,31 @@ pub async fn ceiling(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The worker's completion in the scripts is `job_complete_many.sql` with only its lock
+    /// bound lengthened; the lean script keeps its own statement.
+    #[test]
+    fn the_scripts_complete_with_the_worker_statement_and_a_longer_lock_bound() {
+        let client = Client::builder("postgres://nobody@127.0.0.1:1/none")
+            .schema("bench_script_test")
+            .build()
+            .expect("a client is built without connecting");
+        let worker = client.statement(skiplock::Statement::CompleteMany);
+        assert!(worker.contains(COMPLETE_MANY_LOCK_TIMEOUT), "{worker}");
+        for completion in [Completion::Worker, Completion::InTurn] {
+            let s = script(&client, 500, completion).expect("the script");
+            assert!(!s.contains(COMPLETE_MANY_LOCK_TIMEOUT), "{s}");
+            assert!(s.contains(PGBENCH_LOCK_TIMEOUT), "{s}");
+            let expected = worker
+                .replace(COMPLETE_MANY_LOCK_TIMEOUT, PGBENCH_LOCK_TIMEOUT)
+                .replace("$3", "NULL")
+                .replace("$1", ":ids")
+                .replace("$2", ":att");
+            assert!(s.ends_with(&format!("{expected};\n")), "{s}");
+        }
+        let lean = script(&client, 500, Completion::Lean).expect("the lean script");
+        assert!(!lean.contains(PGBENCH_LOCK_TIMEOUT), "{lean}");
+    }
 
     #[test]
     fn the_rate_without_connection_time_is_read() {
