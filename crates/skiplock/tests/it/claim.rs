@@ -300,13 +300,15 @@ async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
         !waiting.is_finished(),
         "a claim in turn waits for the one out"
     );
-    // Seen by the server as waiting for the advisory lock.
+    // Seen by the server as waiting for the advisory lock (this test's schema only: the
+    // suite's other tests claim in turn on the same server at the same time).
+    let mine = format!("%\"{}\".claim_in_turn(%", b.db.schema());
     let waits: i64 = b
         .raw
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND wait_event = 'advisory' AND query LIKE '%claim_in_turn(%'",
-            &[],
+             AND wait_event = 'advisory' AND query LIKE $1",
+            &[&mine],
         )
         .await
         .unwrap()
