@@ -437,7 +437,11 @@ struct ClaimsSeen {
     in_turn: usize,
     /// Samples with a claim in turn waiting for its turn.
     waiting: usize,
-    /// Samples with two claims in turn or more running (not waiting) at once.
+    /// Samples with two claims in turn or more holding rows at once: running, not waiting,
+    /// and with a transaction id (a claim gets one as it locks its first row, after its turn
+    /// came, and gives it up as it commits, which ends its turn). A session's state alone
+    /// would not do: between its commit and its return to idle a session still reads
+    /// `active`, and on a loaded machine the next claim often runs in that gap.
     in_turn_at_once: usize,
 }
 
@@ -464,7 +468,7 @@ fn overlapping_claims(
                 "SELECT count(*) FILTER (WHERE wait_event IS DISTINCT FROM 'advisory'), \
                         count(*) FILTER (WHERE query LIKE $2), \
                         count(*) FILTER (WHERE query LIKE $2 AND wait_event = 'advisory'), \
-                        count(*) FILTER (WHERE query LIKE $2 \
+                        count(*) FILTER (WHERE query LIKE $2 AND backend_xid IS NOT NULL \
                                          AND wait_event IS DISTINCT FROM 'advisory') \
                  FROM pg_stat_activity \
                  WHERE state = 'active' AND (query LIKE $1 OR query LIKE $2) \
@@ -593,8 +597,8 @@ async fn a_backlog_of_short_jobs_is_claimed_one_whole_claim_at_a_time() {
 /// other waiting for the queue's advisory lock, never two on the queue's front at once; every
 /// job runs once. Negative control (run by hand): with the lock taken out of
 /// `claim_in_turn()` (`PERFORM 1` in migration 16) the sampler sees two claims in turn
-/// running at once in a third of its samples when the machine is quiet, and in 16-17 % with
-/// three busy loops beside the suite, and this test fails (with the lock: 0-3 %).
+/// holding rows at once in 7-40 % of its samples with three busy loops beside the test, and
+/// 40-65 % on a quiet machine, and this test fails; with the lock, 0 in every run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_through_one_backlog_claim_in_turn() {
     const JOBS: usize = 20_000;
@@ -641,13 +645,13 @@ async fn two_workers_through_one_backlog_claim_in_turn() {
     // How often a sample catches one claim waiting for the other depends on how often the
     // two workers want to claim at the same moment: on a loaded machine (the suite runs
     // tests side by side on two cores) the workers are starved and rarely collide, so a
-    // wait is not required to be seen. What must hold is that claims in turn do not run at
-    // once. A sample reads each session's entry at its own moment: between a claim's commit
-    // (which releases the lock) and its session's return to idle, the next claim may
-    // already run, so a rare sample sees two. Without the lock a sixth to a third do.
-    // (Under 20 samples, two may.)
+    // wait is not required to be seen. What must hold is that claims in turn do not hold
+    // rows at once. A sample reads each session's entry and transaction id one after the
+    // other, microseconds apart, so a sampler paused between two entries could in theory
+    // see the turn pass: one such sample in fifty is allowed (none was seen with the lock,
+    // 7-65 % without it).
     assert!(
-        seen.in_turn_at_once * 10 <= seen.in_turn.max(20),
+        seen.in_turn_at_once * 50 <= seen.in_turn.max(50),
         "claims in turn ran at once: {seen:?}"
     );
 }

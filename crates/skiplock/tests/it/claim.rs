@@ -301,19 +301,35 @@ async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
         "a claim in turn waits for the one out"
     );
     // Seen by the server as waiting for the advisory lock (this test's schema only: the
-    // suite's other tests claim in turn on the same server at the same time).
+    // suite's other tests claim in turn on the same server at the same time). On a loaded
+    // machine the waiting claim may take a moment to reach the server: looked for 10 s.
     let mine = format!("%\"{}\".claim_in_turn(%", b.db.schema());
-    let waits: i64 = b
-        .raw
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND wait_event = 'advisory' AND query LIKE $1",
-            &[&mine],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(waits, 1);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waits: i64 = b
+            .raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND wait_event = 'advisory' AND query LIKE $1",
+                &[&mine],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(waits <= 1, "{waits} claims in turn waiting, one expected");
+        if waits == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second claim in turn was never seen waiting for its turn"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !waiting.is_finished(),
+        "a claim in turn waits for the one out"
+    );
 
     // A plain claim steps past the rows the open claim holds, at once.
     let c = b.db.connect().await.unwrap();
