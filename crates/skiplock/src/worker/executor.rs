@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::events::JobEnd;
-use super::state::{AttemptKey, RunningJob, Shared};
+use super::state::{attempts_of, AttemptKey, RunningJob, Shared};
 use crate::db::job::Finish;
 use crate::error::error_chain;
 use crate::handler::{AttemptSlot, JobContext, JobError};
@@ -44,10 +44,7 @@ impl Attempt {
         let cancel = shared.hard_stop.child_token();
         let mut running = shared.running();
         let mut superseded = false;
-        for ((id, attempt), r) in running.iter_mut() {
-            if *id != job.id {
-                continue;
-            }
+        for ((id, attempt), r) in running.range_mut(attempts_of(job.id)) {
             if *attempt < job.attempt {
                 if !r.lost {
                     tracing::warn!(id = %id, attempt, newer = job.attempt, "a newer attempt of this job started here: the older one is no longer ours; cancelling its handler");

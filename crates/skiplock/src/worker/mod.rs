@@ -314,7 +314,7 @@ impl Worker {
             registry: self.registry,
             listen_config: self.listen_config,
             queues: self.queues,
-            running: Mutex::new(HashMap::new()),
+            running: Mutex::new(std::collections::BTreeMap::new()),
             finish_tx,
             stop_claiming: CancellationToken::new(),
             hard_stop: self.stop_now,

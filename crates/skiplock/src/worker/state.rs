@@ -2,7 +2,7 @@
 //! the queues it serves with their slots and wake-ups, the attempts it runs, and the
 //! [`Shared`] state every task of the worker holds.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -254,6 +254,12 @@ impl QueueSlot {
 /// claim the job again while the stale attempt still runs, and each must keep its own entry.
 pub(crate) type AttemptKey = (JobId, i32);
 
+/// Every attempt of job `id` in [`Shared::running`] (ordered by job, then attempt): a range
+/// of the map, not a walk through every job the worker holds.
+pub(crate) fn attempts_of(id: JobId) -> std::ops::RangeInclusive<AttemptKey> {
+    (id, i32::MIN)..=(id, i32::MAX)
+}
+
 /// A job this worker is running.
 pub(crate) struct RunningJob {
     pub cancel: CancellationToken,
@@ -278,7 +284,7 @@ pub(crate) struct Shared {
     /// settings when it has its own URL).
     pub listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     pub queues: HashMap<String, Arc<QueueSlot>>,
-    pub running: Mutex<HashMap<AttemptKey, RunningJob>>,
+    pub running: Mutex<BTreeMap<AttemptKey, RunningJob>>,
     /// Outcomes for the completer, and the jobs whose outcome is not written yet.
     pub finish_tx: Outbox,
     /// Stop claiming (shutdown has begun).
@@ -435,7 +441,7 @@ impl Shared {
     /// Returns how many there were.
     pub(crate) fn cancel_job(&self, id: JobId) -> usize {
         let mut n = 0;
-        for (_, r) in self.running().iter_mut().filter(|(k, _)| k.0 == id) {
+        for (_, r) in self.running().range_mut(attempts_of(id)) {
             if !r.lost {
                 r.lost = true;
                 r.cancel.cancel();
@@ -445,7 +451,7 @@ impl Shared {
         n
     }
 
-    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<AttemptKey, RunningJob>> {
+    pub(crate) fn running(&self) -> MutexGuard<'_, BTreeMap<AttemptKey, RunningJob>> {
         // A panic while holding this lock cannot leave the map inconsistent (single inserts
         // and removes), so a poisoned lock is still usable.
         self.running.lock().unwrap_or_else(|p| p.into_inner())

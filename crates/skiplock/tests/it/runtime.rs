@@ -166,6 +166,97 @@ async fn a_stale_attempt_cannot_take_the_new_attempts_lease_with_it() {
     assert_eq!((stats.done, stats.lost, stats.reaped), (1, 1, 0));
 }
 
+/// When this worker claims a newer attempt of a job it still runs, the older attempt is told
+/// to stop as the newer one is registered (`executor::Attempt::register`), not only at the
+/// next heartbeat: here the heartbeat is 20 s away, and the old handler must see the
+/// cancellation within a few seconds. The worker holds other jobs at the same time, so that
+/// the lookup of the job's attempts among them is exercised. Negative control (run by hand):
+/// with `state::attempts_of` returning an empty range the old handler waits out its 10 s and
+/// this test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_attempt_claimed_here_stops_the_older_one_at_once() {
+    let b = setup().await;
+    let seen = Arc::new(Mutex::new(Vec::<(i32, Duration)>::new()));
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let registry = {
+        let seen = seen.clone();
+        let release = release.clone();
+        Registry::new()
+            .register_handler("k", JobOptions::default(), move |_p, ctx: JobContext| {
+                let seen = seen.clone();
+                async move {
+                    let t0 = std::time::Instant::now();
+                    if ctx.attempt == 1 {
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(10), ctx.cancelled()).await;
+                    }
+                    seen.lock().unwrap().push((ctx.attempt, t0.elapsed()));
+                    Ok::<(), JobError>(())
+                }
+            })
+            .register_handler(
+                "other",
+                JobOptions::default(),
+                move |_p, _ctx: JobContext| {
+                    let release = release.clone();
+                    async move {
+                        let _ = release.acquire().await.map(|p| p.forget());
+                        Ok::<(), JobError>(())
+                    }
+                },
+            )
+    };
+    // Jobs on both sides of the one that runs twice, held by the worker throughout.
+    b.client.enqueue(&NewJob::new("other", &0)).await.unwrap();
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    b.client.enqueue(&NewJob::new("other", &2)).await.unwrap();
+    let worker = Worker::builder(client(&b, "newer-attempt-test"), registry)
+        .queue("default", 4)
+        .lease(Duration::from_secs(60))
+        .heartbeat_interval(Duration::from_secs(20))
+        .poll_interval(Some(Duration::from_millis(100)))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    eventually(Duration::from_secs(5), "all three running", || async {
+        b.count("status = 'running' AND attempts = 1").await == 3
+    })
+    .await;
+    // The lease is lost (as the reaper does once it expired): back to the queue, ready now.
+    b.raw
+        .execute(
+            "UPDATE jobs SET status = 'queued', locked_until = NULL, run_at = now() WHERE id = $1",
+            &[&id.0],
+        )
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "both attempts ended", || async {
+        seen.lock().unwrap().len() == 2
+    })
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    let first = seen.iter().find(|(a, _)| *a == 1).map(|(_, d)| *d);
+    assert!(
+        first.is_some_and(|d| d < Duration::from_secs(6)),
+        "the old attempt was stopped as the new one started: {seen:?}"
+    );
+    eventually(Duration::from_secs(5), "the job done", || async {
+        b.client.get(id).await.unwrap().unwrap().state == JobState::Done
+    })
+    .await;
+    release.add_permits(2);
+    eventually(Duration::from_secs(5), "the other jobs done", || async {
+        b.count("status = 'done'").await == 3
+    })
+    .await;
+    stop.send(()).unwrap();
+    let stats = handle.await.unwrap();
+    assert_eq!(
+        stats.lost, 1,
+        "the old attempt's result was dropped: {stats:?}"
+    );
+}
+
 /// A worker with the poll off and LISTEN on, serving `default` with `registry`.
 fn poll_off(b: &Bundle, app: &str, registry: Registry) -> Worker {
     Worker::builder(client(b, app), registry)
