@@ -819,6 +819,12 @@ async fn bench_quick_runs_every_scenario() {
         e.iter().any(|p| p["mode"] == "single") && e.iter().all(|p| p["jobs_per_s"].is_number())
     );
     assert_eq!(of("history").len(), 2);
+    let procs = of("processes");
+    assert_eq!(procs.len(), 2, "one and two processes: {procs:?}");
+    for p in &procs {
+        assert_eq!(p["runs"].as_array().map(Vec::len), Some(1), "{p}");
+        assert!(p["median_vs_one"].is_number(), "{p}");
+    }
     assert_eq!(of("footprint").len(), 4, "steady, then before/during/after");
     assert_eq!(
         of("throughput-run").len(),

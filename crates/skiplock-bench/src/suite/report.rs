@@ -142,10 +142,11 @@ impl Header {
         format!(
             "# {title}\n\nProduced by `{script}` (which runs `skiplock {command}` against a throwaway \
              cluster). Every figure below comes from that one run on one machine; compare ratios, not \
-             absolute numbers, across machines.\n\n- skiplock {} (release build)\n- PostgreSQL {server} \
+             absolute numbers, across machines.\n\n- skiplock {} ({} build)\n- PostgreSQL {server} \
              (local, default settings)\n- {cores} cores ({cpu}), {memory} of memory; the database, the workers \
              and the load generator share them\n",
             env!("CARGO_PKG_VERSION"),
+            if cfg!(debug_assertions) { "debug" } else { "release" },
         )
     }
 }
