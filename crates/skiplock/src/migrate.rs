@@ -104,6 +104,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claims_in_turn",
         sql: include_str!("../migrations/0016_claims_in_turn.sql"),
     },
+    Migration {
+        version: 17,
+        name: "cheaper_name_checks",
+        sql: include_str!("../migrations/0017_cheaper_name_checks.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

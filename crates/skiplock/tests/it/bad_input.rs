@@ -272,3 +272,144 @@ async fn refusals_name_no_rust_item() {
         );
     }
 }
+
+/// Every checked name column of every table accepts exactly the names its documented rule
+/// allows (1 to 128 bytes from `[A-Za-z0-9]` and the column's few extra characters), and the
+/// same names as the `ltrim` form the checks had before migration 17: each candidate is
+/// inserted into the real table (and rolled back), and a refusal must be the column's
+/// check, nothing else.
+#[tokio::test]
+async fn name_checks_accept_exactly_the_documented_names() {
+    let b = setup().await;
+    const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut candidates: Vec<String> = Vec::new();
+    for c in (1u8..=127).map(char::from) {
+        candidates.push(c.to_string());
+        candidates.push(format!("a{c}z"));
+        candidates.push(format!("{c}{c}"));
+    }
+    for s in [
+        "",
+        "é",
+        "aé",
+        "日本",
+        "a\u{a0}b",
+        "ａ",
+        "a-",
+        "-a",
+        ":a",
+        "q.v2:x@y/z",
+    ] {
+        candidates.push(s.to_string());
+    }
+    candidates.push("a".repeat(128));
+    candidates.push("a".repeat(129));
+    candidates.push("é".repeat(64));
+    // (table, column, extra characters, the insert, the constraint)
+    let columns: [(&str, &str, &str, &str); 8] = [
+        (
+            "_.-",
+            "INSERT INTO jobs (queue, payload) VALUES ($1, '{}')",
+            "jobs_queue_check",
+            "jobs.queue",
+        ),
+        (
+            "_.:-",
+            "INSERT INTO jobs (kind, payload) VALUES ($1, '{}')",
+            "jobs_kind_check",
+            "jobs.kind",
+        ),
+        (
+            "_.:@/-",
+            "INSERT INTO jobs (key, payload) VALUES ($1, '{}')",
+            "jobs_key_check",
+            "jobs.key",
+        ),
+        (
+            "_.:@/-",
+            "INSERT INTO jobs (sequence, payload) VALUES ($1, '{}')",
+            "jobs_sequence_check",
+            "jobs.sequence",
+        ),
+        (
+            "_.-",
+            "INSERT INTO queues (name) VALUES ($1)",
+            "queues_name_check",
+            "queues.name",
+        ),
+        (
+            "_.-",
+            "INSERT INTO schedules (name, cron, queue, kind) VALUES ($1, '* * * * *', 'q', 'k')",
+            "schedules_name_check",
+            "schedules.name",
+        ),
+        (
+            "_.-",
+            "INSERT INTO schedules (name, cron, queue, kind) VALUES ('s', '* * * * *', $1, 'k')",
+            "schedules_queue_check",
+            "schedules.queue",
+        ),
+        (
+            "_.:-",
+            "INSERT INTO schedules (name, cron, queue, kind) VALUES ('s', '* * * * *', 'q', $1)",
+            "schedules_kind_check",
+            "schedules.kind",
+        ),
+    ];
+    for (extra, insert, constraint, column) in columns {
+        let set = format!("{ALNUM}{extra}");
+        for name in &candidates {
+            let rule =
+                !name.is_empty() && name.len() <= 128 && name.chars().all(|c| set.contains(c));
+            let old: bool = b
+                .raw
+                .query_one(
+                    "SELECT octet_length($1) BETWEEN 1 AND 128 AND ltrim($1, $2) = ''",
+                    &[name, &set],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(
+                old, rule,
+                "{column}: the ltrim form and the rule differ on {name:?}"
+            );
+            b.raw.batch_execute("BEGIN").await.unwrap();
+            let accepted = match b.raw.execute(insert, &[name]).await {
+                Ok(_) => true,
+                Err(e) => {
+                    let db = e.as_db_error().expect("a database error");
+                    assert_eq!(
+                        (db.code(), db.constraint()),
+                        (
+                            &tokio_postgres::error::SqlState::CHECK_VIOLATION,
+                            Some(constraint)
+                        ),
+                        "{column}: {name:?} refused by something else: {db}"
+                    );
+                    false
+                }
+            };
+            b.raw.batch_execute("ROLLBACK").await.unwrap();
+            assert_eq!(
+                accepted, rule,
+                "{column}: the table and the rule differ on {name:?}"
+            );
+        }
+    }
+    // An UPDATE is checked too (claims and completions run the checks on every row they
+    // write, which is why their cost matters).
+    b.raw
+        .execute("INSERT INTO jobs (queue, payload) VALUES ('q', '{}')", &[])
+        .await
+        .unwrap();
+    let err = b
+        .raw
+        .execute("UPDATE jobs SET queue = 'q q'", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.as_db_error().and_then(|d| d.constraint()),
+        Some("jobs_queue_check")
+    );
+}
