@@ -2,7 +2,8 @@
 -- ones (waiting for their turn in a sequence, migration 11), running jobs, and the age of the
 -- oldest ready job (seconds, by the database's clock). Only queued and running rows are read,
 -- each kind through its partial index (jobs_ready_idx for queued rows that are not held, the
--- held rows' index, jobs_lease_idx), so the finished rows a table keeps cost nothing here.
+-- held rows' index, jobs_lease_idx and jobs_leaseless_idx for running rows with and without a
+-- lease), so the finished rows a table keeps cost nothing here.
 -- Separate branches, not one `status = 'queued'`: the planner scans a partial index only for
 -- a condition that implies its predicate, and the ready index leaves held rows out. Each
 -- branch reads at most $1 rows: when a branch's rows across all queues reach $1, its counts
@@ -23,7 +24,10 @@ WITH active AS (
    FROM {schema}.jobs WHERE held IS NOT NULL AND status = 'queued' LIMIT $1)
   UNION ALL
   (SELECT queue, status, run_at, attempts, max_attempts, false AS held, false
-   FROM {schema}.jobs WHERE status = 'running' LIMIT $1)
+   FROM {schema}.jobs WHERE status = 'running' AND locked_until IS NOT NULL LIMIT $1)
+  UNION ALL
+  (SELECT queue, status, run_at, attempts, max_attempts, false AS held, false
+   FROM {schema}.jobs WHERE status = 'running' AND locked_until IS NULL LIMIT $1)
 )
 SELECT queue,
        count(*) FILTER (WHERE status = 'queued')                              AS queued,

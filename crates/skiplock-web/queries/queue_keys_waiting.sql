@@ -4,10 +4,11 @@
 -- first $3 of its queued rows (a count of $3 waiting means "at least").
 --
 -- Bounded whatever the backlog: the keys at their limit are found among the running jobs
--- (jobs_lease_idx), at most $1 of them, which is where a full key shows; at most $2 such keys
--- are looked at (by queue and key), and each reads at most $3 entries of jobs_key_ready_idx
--- (queued rows that are not held, led by queue and key). So the statement reads at most
--- $1 + $2 * $3 rows, never a queue's whole backlog. A cancelled job that still holds its
+-- with a key and a lease (jobs_slots_idx; as in the claim's count, a running row without a
+-- lease, which only a hand-written UPDATE makes, holds no slot), at most $1 of them, which
+-- is where a full key shows; at most $2 such keys are looked at (by queue and key), and each
+-- reads at most $3 entries of jobs_key_ready_idx (queued rows that are not held, led by queue
+-- and key). So the statement reads at most $1 + $2 * $3 rows, never a queue's whole backlog. A cancelled job that still holds its
 -- slot until its lease ends is not counted here (the claim counts it): a key can show as
 -- below its limit for that long. `considered` is how many keys at their limit were found.
 WITH per_key AS (
@@ -15,7 +16,7 @@ WITH per_key AS (
 ),
 running AS (
   SELECT queue, key FROM {schema}.jobs
-  WHERE status = 'running' AND key IS NOT NULL
+  WHERE status = 'running' AND key IS NOT NULL AND locked_until IS NOT NULL
   LIMIT $1
 ),
 full_keys AS (

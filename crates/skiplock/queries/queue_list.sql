@@ -3,7 +3,8 @@
 -- microseconds since the epoch, by the database's clock.
 --
 -- The counts read only queued and running rows, each kind through its partial index
--- (jobs_ready_idx, jobs_held_idx, jobs_lease_idx), never the finished history: cheap while
+-- (jobs_ready_idx, jobs_held_idx, jobs_lease_idx and, for running rows without a lease, which
+-- only a hand-written UPDATE makes, jobs_leaseless_idx), never the finished history: cheap while
 -- the backlog is, whatever the table keeps. Separate branches, not `status IN (...)`: the
 -- planner scans a partial index only for a condition that implies its predicate. `queued`
 -- counts held jobs too (waiting for their turn in a sequence); `held` counts them alone.
@@ -17,7 +18,10 @@ WITH live AS (
   FROM {schema}.jobs WHERE held IS NOT NULL AND status = 'queued'
   UNION ALL
   SELECT queue, status, run_at, attempts, max_attempts, false AS held
-  FROM {schema}.jobs WHERE status = 'running'
+  FROM {schema}.jobs WHERE status = 'running' AND locked_until IS NOT NULL
+  UNION ALL
+  SELECT queue, status, run_at, attempts, max_attempts, false AS held
+  FROM {schema}.jobs WHERE status = 'running' AND locked_until IS NULL
 ), counts AS (
   SELECT queue,
          count(*) FILTER (WHERE status = 'queued')                         AS queued,

@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "cheaper_name_checks",
         sql: include_str!("../migrations/0017_cheaper_name_checks.sql"),
     },
+    Migration {
+        version: 18,
+        name: "one_lease_index",
+        sql: include_str!("../migrations/0018_one_lease_index.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

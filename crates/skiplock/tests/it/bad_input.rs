@@ -235,10 +235,20 @@ async fn a_queue_is_known_by_its_queues_row_or_a_job_through_index_probes() {
         (text.contains("jobs_ready_idx") || text.contains("jobs_key_ready_idx"))
             && text.contains("jobs_held_queue_idx")
             && text.contains("jobs_lease_idx")
+            && text.contains("jobs_leaseless_idx")
             && text.contains("jobs_finished_idx"),
         "{plan:#}"
     );
     assert!(b.client.queue_known("history").await.unwrap());
+    // A running row without a lease (only a hand-written UPDATE makes one) is a job too.
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (queue, kind, payload, status, attempts) \
+             VALUES ('bare', 'k', '{}'::jsonb, 'running', 1)",
+        )
+        .await
+        .unwrap();
+    assert!(b.client.queue_known("bare").await.unwrap());
 }
 
 /// A refused worker setting or payload says what to do in plain words, naming no Rust item

@@ -412,7 +412,22 @@ async fn a_cancelled_job_keeps_its_slot_until_its_lease_ends() {
         .await
         .unwrap()
         .is_empty());
+    // A reap before the lease ends leaves it alone.
+    assert!(b.client.reap().await.unwrap().is_empty());
+    assert_eq!(
+        b.count("status = 'failed' AND locked_until IS NOT NULL")
+            .await,
+        1
+    );
     b.expire_lease(first[0].id).await;
+    // After it ends, a reap releases it (the row leaves the lease index, migration 18) and
+    // reports no job: the job stays cancelled.
+    assert!(b.client.reap().await.unwrap().is_empty());
+    assert_eq!(
+        b.count("status = 'failed' AND locked_until IS NULL AND last_error = 'cancelled'")
+            .await,
+        1
+    );
     assert_eq!(b.client.claim("default", 5, lease).await.unwrap().len(), 1);
 }
 
