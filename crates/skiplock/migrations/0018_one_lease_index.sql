@@ -37,9 +37,10 @@
 --
 -- The new indexes are built inside this migration's transaction: on a large table each build
 -- reads the table once (writes wait meanwhile). To keep writing meanwhile, create them
--- beforehand with CREATE INDEX CONCURRENTLY under the names jobs_lease_v18_idx and
--- jobs_slots_v18_idx with these definitions (and check that they are valid): the migration
--- then keeps them.
+-- beforehand with CREATE INDEX CONCURRENTLY under the names jobs_lease_v18_idx,
+-- jobs_slots_v18_idx and jobs_leaseless_idx with these definitions: the migration then keeps
+-- them (one that is not valid, from a build that failed, is built again;
+-- it::migrate::migration_18_keeps_a_lease_index_built_concurrently_beforehand).
 
 -- Any v18 index that exists here and is not valid (a CONCURRENTLY build that failed) is
 -- built again.
@@ -47,7 +48,7 @@ DO $$
 DECLARE
   i text;
 BEGIN
-  FOREACH i IN ARRAY ARRAY['jobs_lease_v18_idx', 'jobs_slots_v18_idx'] LOOP
+  FOREACH i IN ARRAY ARRAY['jobs_lease_v18_idx', 'jobs_slots_v18_idx', 'jobs_leaseless_idx'] LOOP
     IF EXISTS (SELECT 1 FROM pg_index x
                WHERE x.indexrelid = to_regclass('{schema}.' || i) AND NOT x.indisvalid) THEN
       EXECUTE format('DROP INDEX {schema}.%I', i);

@@ -250,3 +250,84 @@ async fn migrate_tx_follows_an_sqlx_transaction() {
     tx.commit().await.unwrap();
     assert!(schema_exists(&db).await);
 }
+
+/// Migration 18 on a schema at 17 keeps a lease index built beforehand with CREATE INDEX
+/// CONCURRENTLY under its documented name (the same index, renamed), builds the others, and
+/// leaves the old definitions gone; run again, it leaves the same indexes.
+#[tokio::test]
+async fn migration_18_keeps_a_lease_index_built_concurrently_beforehand() {
+    let db = TestDb::new().await;
+    let client = client_for(&db);
+    client.migrate().await.unwrap();
+    let s = format!("\"{}\"", db.schema());
+    let conn = db.connect().await.unwrap();
+    // The schema as migration 17 left it.
+    conn.batch_execute(&format!(
+        "DROP INDEX {s}.jobs_lease_idx, {s}.jobs_slots_idx, {s}.jobs_leaseless_idx;
+         CREATE INDEX jobs_lease_idx ON {s}.jobs (locked_until) WHERE status = 'running';
+         CREATE INDEX jobs_slots_idx ON {s}.jobs (queue, key)
+           WHERE status IN ('running', 'failed') AND locked_until IS NOT NULL;
+         DELETE FROM {s}.schema_migrations WHERE version >= 18;"
+    ))
+    .await
+    .unwrap();
+    // On its own: CONCURRENTLY cannot run in a transaction (nor a multi-statement query).
+    conn.batch_execute(&format!(
+        "CREATE INDEX CONCURRENTLY jobs_lease_v18_idx ON {s}.jobs (queue, locked_until)
+           WHERE status IN ('running', 'failed') AND locked_until IS NOT NULL"
+    ))
+    .await
+    .unwrap();
+    let oid = |name: &'static str| {
+        let conn = &conn;
+        let s = s.clone();
+        async move {
+            conn.query_one(&format!("SELECT to_regclass('{s}.{name}')::oid::int8"), &[])
+                .await
+                .unwrap()
+                .get::<_, Option<i64>>(0)
+        }
+    };
+    let built = oid("jobs_lease_v18_idx").await.unwrap();
+    let report = client.migrate().await.unwrap();
+    assert_eq!(report.applied.first(), Some(&(18, "one_lease_index")));
+    assert_eq!(
+        oid("jobs_lease_idx").await,
+        Some(built),
+        "the same index, renamed"
+    );
+    assert_eq!(oid("jobs_lease_v18_idx").await, None);
+    let defs: Vec<String> = conn
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1
+             AND indexname IN ('jobs_lease_idx', 'jobs_slots_idx', 'jobs_leaseless_idx')
+             ORDER BY indexname",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(defs.len(), 3, "{defs:#?}");
+    assert!(defs[0].contains("(queue, locked_until)"), "{defs:#?}");
+    assert!(defs[1].contains("locked_until IS NULL"), "{defs:#?}");
+    assert!(defs[2].contains("key IS NOT NULL"), "{defs:#?}");
+    // Run again (as every migration may be): the same three indexes.
+    conn.batch_execute(&format!(
+        "DELETE FROM {s}.schema_migrations WHERE version >= 18"
+    ))
+    .await
+    .unwrap();
+    client.migrate().await.unwrap();
+    let again: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1
+             AND indexname IN ('jobs_lease_idx', 'jobs_slots_idx', 'jobs_leaseless_idx')",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(again, 3);
+}
