@@ -8,9 +8,9 @@
 -- lease, which only a hand-written UPDATE makes, holds no slot), at most $1 of them, which
 -- is where a full key shows; at most $2 such keys are looked at (by queue and key), and each
 -- reads at most $3 entries of jobs_key_ready_idx (queued rows that are not held, led by queue
--- and key). So the statement reads at most $1 + $2 * $3 rows, never a queue's whole backlog. A cancelled job that still holds its
--- slot until its lease ends is not counted here (the claim counts it): a key can show as
--- below its limit for that long. `considered` is how many keys at their limit were found.
+-- and key). So the statement reads at most $1 + $2 * $3 rows, never a queue's whole backlog.
+-- A cancelled job that still holds its slot until its lease ends is not counted here (the
+-- claim counts it): a key can show as below its limit for that long. `considered` is how many keys at their limit were found.
 WITH per_key AS (
   SELECT name, per_key FROM {schema}.queues WHERE per_key IS NOT NULL
 ),

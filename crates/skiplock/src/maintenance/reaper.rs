@@ -179,11 +179,12 @@ impl Client {
     /// their attempts, and moves queued jobs with no attempt left to `failed`. Keeps an
     /// earlier `last_error`, else records `lease expired` (or `no attempts left`). Also
     /// releases the lease of a cancelled job once it has ended (its `locked_until` becomes
-    /// NULL; it held the job's slot until then), which is not reported: its state stays. Runs the
-    /// worker reaper's pass, under the same lock: rounds of up to 1,000 rows of each kind,
-    /// each in its own transaction, until a round comes back short; a row another session
-    /// holds locked is left for a later call. While another process's reaper holds the lock,
-    /// it waits for that round to end (up to 10 s; past that, that process reaps the rows).
+    /// NULL; it held the job's slot until then), which is not reported: its state stays.
+    /// Runs the worker reaper's pass, under the same lock: rounds of up to 1,000 rows of each
+    /// kind, each in its own transaction, until a round comes back short; a row another
+    /// session holds locked is left for a later call. While another process's reaper holds
+    /// the lock, it waits for that round to end (up to 10 s; past that, that process reaps
+    /// the rows).
     pub async fn reap(&self) -> Result<Vec<ReapedJob>> {
         let give_up = tokio::time::Instant::now() + MANUAL_WAIT;
         let mut wait = Duration::from_millis(20);
