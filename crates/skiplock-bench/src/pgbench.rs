@@ -35,8 +35,14 @@ pub enum Completion {
     /// The worker's own statement for successes, `job_complete_many.sql`.
     Worker,
     /// The worker's claim through a backlog, `job_claim_in_turn.sql` (`job_claim.sql` behind
-    /// the queue's advisory lock, migration 16), then `job_complete_many.sql`.
+    /// the queue's advisory lock, migration 16), then `job_complete_many.sql`; a claim that
+    /// waits for its turn takes up to what the worker's would by default (migration 19,
+    /// `WorkerConfig::claim_batch_waited`: four times the batch).
     InTurn,
+    /// The same, with a claim that waits for its turn taking up to twice the batch: a
+    /// setting beside the worker's default, so that the ceiling is the server's best for
+    /// the claims in turn whichever of the two suits it.
+    InTurnDouble,
 }
 
 impl Completion {
@@ -46,6 +52,9 @@ impl Completion {
             Completion::Lean => "leanest fenced UPDATE",
             Completion::Worker => "the worker's job_complete_many.sql",
             Completion::InTurn => "job_complete_many.sql after the claim in turn",
+            Completion::InTurnDouble => {
+                "job_complete_many.sql after the claim in turn (twice the batch after a wait)"
+            }
         }
     }
 
@@ -55,6 +64,7 @@ impl Completion {
             Completion::Lean => "lean",
             Completion::Worker => "worker",
             Completion::InTurn => "worker-in-turn",
+            Completion::InTurnDouble => "worker-in-turn-double",
         }
     }
 }
@@ -119,16 +129,17 @@ pub fn find() -> Option<PathBuf> {
 /// The claim in turn (`job_claim_in_turn.sql`), rendered for `client`'s schema, as a pgbench
 /// command that stores the claimed ids and attempts in `:ids` and `:att`.
 fn claim_in_turn_command(client: &Client) -> Result<String> {
-    const CALL: &str = ".claim_in_turn($1, $2, $3, $4, $5, $6)";
+    const CALL: &str = ".claim_in_turn($1, $2, $3, $4, $5, $6, $7)";
     let sql = client.statement(skiplock::Statement::ClaimInTurn);
     let Some(call) = sql.lines().find(|l| l.contains(CALL)) else {
         return Err(Error::refused(
-            "job_claim_in_turn.sql no longer calls claim_in_turn($1, … $6): the pgbench \
+            "job_claim_in_turn.sql no longer calls claim_in_turn($1, … $7): the pgbench \
              script cannot wrap it (see the bench's pgbench module)",
         ));
     };
     let call = call
         .replace("$1", ":queue")
+        .replace("$7", ":batch_waited")
         .replace("$2", ":batch")
         .replace("$3", ":lease")
         .replace("$4", "(-32768)::int2")
@@ -179,7 +190,7 @@ const PGBENCH_LOCK_TIMEOUT: &str = "set_config('lock_timeout', '10s', true)";
 fn completion_command(client: &Client, schema: &Schema, completion: Completion) -> Result<String> {
     let sql = match completion {
         Completion::Lean => Statement::BenchCompleteLean.sql(schema),
-        Completion::Worker | Completion::InTurn => {
+        Completion::Worker | Completion::InTurn | Completion::InTurnDouble => {
             let sql = client.statement(skiplock::Statement::CompleteMany);
             if !sql.contains(COMPLETE_MANY_LOCK_TIMEOUT) {
                 return Err(Error::refused(
@@ -197,18 +208,32 @@ fn completion_command(client: &Client, schema: &Schema, completion: Completion) 
     ))
 }
 
-/// The whole script: the claim of `batch` with the worker's lease, then the completion.
+/// The whole script: the claim of `batch` with the worker's lease, then the completion. A
+/// claim in turn that waits for its turn takes up to what the worker's would with
+/// `max_claim_batch` = `batch` (`WorkerConfig::claim_batch_waited`: four times `batch`), or
+/// twice `batch` ([`Completion::InTurnDouble`]).
 pub(crate) fn script(client: &Client, batch: u32, completion: Completion) -> Result<String> {
     let schema = client.schema();
+    let waited = waited_batch(batch, completion);
     Ok(format!(
-        "\\set batch {batch}\n\\set lease {LEASE_US}\n{}{}",
-        if completion == Completion::InTurn {
+        "\\set batch {batch}\n\\set batch_waited {waited}\n\\set lease {LEASE_US}\n{}{}",
+        if matches!(completion, Completion::InTurn | Completion::InTurnDouble) {
             claim_in_turn_command(client)?
         } else {
             claim_command(client)?
         },
         completion_command(client, schema, completion)?
     ))
+}
+
+/// The most a claim in turn of `completion`'s script takes after waiting for its turn.
+pub fn waited_batch(batch: u32, completion: Completion) -> u32 {
+    if completion == Completion::InTurnDouble {
+        return batch.saturating_mul(2);
+    }
+    let mut config = skiplock::WorkerConfig::default();
+    config.max_claim_batch = batch;
+    config.claim_batch_waited()
 }
 
 /// pgbench's rate without connection time (`tps = N (without initial connection time)`,
@@ -313,7 +338,11 @@ mod tests {
             .expect("a client is built without connecting");
         let worker = client.statement(skiplock::Statement::CompleteMany);
         assert!(worker.contains(COMPLETE_MANY_LOCK_TIMEOUT), "{worker}");
-        for completion in [Completion::Worker, Completion::InTurn] {
+        for completion in [
+            Completion::Worker,
+            Completion::InTurn,
+            Completion::InTurnDouble,
+        ] {
             let s = script(&client, 500, completion).expect("the script");
             assert!(!s.contains(COMPLETE_MANY_LOCK_TIMEOUT), "{s}");
             assert!(s.contains(PGBENCH_LOCK_TIMEOUT), "{s}");

@@ -149,10 +149,18 @@ pub struct Args {
     /// never take more jobs than the queue has free slots plus what it may claim ahead.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     claims_in_flight: Option<u64>,
-    /// The most jobs one claim takes (default 500). Lower it for jobs with large payloads:
-    /// a claim of short jobs takes a whole batch, even beyond the queue's free slots.
+    /// The most jobs one claim takes (default 500), and a quarter of what a claim through a
+    /// backlog takes after waiting for its turn unless --max-claim-batch-waited is given.
+    /// Lower it (or both) for jobs with large payloads: a claim of short jobs takes a whole
+    /// batch, even beyond the queue's free slots.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_claim_batch: Option<u32>,
+    /// The most jobs a claim through a backlog takes when it had to wait for its turn behind
+    /// another worker's claim of the queue (default: four times --max-claim-batch, 2,000;
+    /// at least --max-claim-batch): with several processes on one backlog, the turn's fixed
+    /// cost is paid less often.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_claim_batch_waited: Option<u32>,
     /// Keep every claim within the queue's free slots. By default a queue whose slots start
     /// jobs often (its recent jobs' mean run time under its concurrency times 5 ms) claims up
     /// to its batch even with fewer slots free, and holds the jobs without a slot for about
@@ -253,6 +261,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if let Some(n) = args.max_claim_batch {
         builder = builder.max_claim_batch(n);
+    }
+    if let Some(n) = args.max_claim_batch_waited {
+        builder = builder.max_claim_batch_waited(n);
     }
     if let Some(n) = args.claims_in_flight {
         builder = builder.claims_in_flight(usize::try_from(n).unwrap_or(1));

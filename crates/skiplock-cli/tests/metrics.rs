@@ -347,10 +347,12 @@ async fn serve_publishes_the_database_gauges() {
     stop(child);
 }
 
-/// `work --max-claim-batch 7`: no claim takes more than 7 jobs, though the queue has 50
-/// slots (every claim falls in the batch-size histogram's bucket of 10 and under).
-/// Negative control (run by hand): without the option the first claim takes 25, in the
-/// bucket of 25, and the test fails.
+/// `work --max-claim-batch 7 --max-claim-batch-waited 7`: no claim takes more than 7 jobs,
+/// though the queue has 50 slots (every claim falls in the batch-size histogram's bucket of
+/// 10 and under). The queue's four claims in flight go through the backlog in turn, so some
+/// wait for their turn: `--max-claim-batch-waited` bounds those (by default they may take
+/// four times the batch). Negative control (run by hand): without the options the first
+/// claim takes 25, in the bucket of 25, and the test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_max_claim_batch_bounds_every_claim() {
     let db = TestDb::new().await;
@@ -369,6 +371,8 @@ async fn work_max_claim_batch_bounds_every_claim() {
             "--queue",
             "default=50",
             "--max-claim-batch",
+            "7",
+            "--max-claim-batch-waited",
             "7",
             "--metrics-addr",
             &addr.to_string(),

@@ -114,6 +114,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "one_lease_index",
         sql: include_str!("../migrations/0018_one_lease_index.sql"),
     },
+    Migration {
+        version: 19,
+        name: "larger_claims_after_a_wait",
+        sql: include_str!("../migrations/0019_larger_claims_after_a_wait.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -48,8 +48,12 @@ pub(super) fn program() -> std::result::Result<PathBuf, String> {
 }
 
 /// The scripts each client count runs in a round of [`round`].
-pub(super) const SHAPES: [Completion; 3] =
-    [Completion::Lean, Completion::Worker, Completion::InTurn];
+pub(super) const SHAPES: [Completion; 4] = [
+    Completion::Lean,
+    Completion::Worker,
+    Completion::InTurn,
+    Completion::InTurnDouble,
+];
 
 /// One round of pgbench runs: every client count with each completion (and the claim in turn
 /// before the worker's), each on a fresh table of `jobs`; adds each rate to `swept` (in the

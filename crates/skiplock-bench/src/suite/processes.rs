@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use skiplock::WorkerConfig;
 
 use super::options::Options;
-use super::report::{median, Section};
+use super::report::{median, thousands, Section};
 use super::sitting::Sitting;
 use crate::bench;
 use crate::error::{Error, Result};
@@ -105,8 +105,9 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     }
     let _ = writeln!(
         t,
-        "\nThe same total concurrency ({total}) split over 1 to 8 processes, as with one process per container. Each process is `skiplock work --queue bench=N --drain` with default settings (claims of up to {}), all on one pre-filled queue; jobs/s counts from spawning them to the last one's exit (process start and drain detection included), best of {rounds} runs with the splits interleaved (every run listed, and the medians' ratio beside the best's: on a small machine one process's best runs stand out). The target: any split's best does at least 0.90 of one process's best. The claim latency is a probe beside them on its own connection, claiming one job every 10 ms and completing it.",
-        WorkerConfig::default().max_claim_batch
+        "\nThe same total concurrency ({total}) split over 1 to 8 processes, as with one process per container. Each process is `skiplock work --queue bench=N --drain` with default settings (claims of up to {}, and up to {} for a claim through the backlog that had to wait for its turn behind another process's), all on one pre-filled queue; jobs/s counts from spawning them to the last one's exit (process start and drain detection included), best of {rounds} runs with the splits interleaved (every run listed, and the medians' ratio beside the best's: on a small machine one process's best runs stand out). The target: any split's best does at least 0.90 of one process's best. The claim latency is a probe beside them on its own connection, claiming one job every 10 ms and completing it.",
+        WorkerConfig::default().max_claim_batch,
+        thousands(WorkerConfig::default().claim_batch_waited())
     );
     Ok(Section {
         title: format!("Worker processes on one queue ({jobs} no-op jobs)"),

@@ -399,29 +399,33 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
         Ok(swept) => {
             let _ = write!(
                 t,
-                "Ceiling: pgbench (`-M prepared`, a C client) running the worker's own `job_claim.sql` (batches of {batch}, every column computed; the rows are folded into two arrays instead of being sent) followed by a fenced completion of what it claimed, on a fresh table of {} pre-enqueued jobs per run; the best of {rounds} rounds, interleaved with the worker's. The leanest completion is one `UPDATE … FROM unnest(ids, attempts)` guarded by `status = 'running'` and the attempt (`bench_complete_lean.sql`); the worker's is `job_complete_many.sql`, which locks the rows in id order first and answers row by row (in pgbench with its wait for a row a claim holds bounded by 10 s instead of 500 ms: the worker writes such a batch through `job_finish_many.sql` instead, pgbench cannot). The last column claims as the worker does through a backlog, with `job_claim_in_turn.sql` (the same claim behind the queue's advisory lock, so that the clients' claims take turns), then completes with `job_complete_many.sql`. pgbench's rates leave connection time out.\n\n| clients | leanest fenced UPDATE jobs/s | the worker's job_complete_many.sql jobs/s | claim in turn + job_complete_many.sql jobs/s | rows left running |\n|---:|---:|---:|---:|---:|\n",
-                thousands(plan.jobs)
+                "Ceiling: pgbench (`-M prepared`, a C client) running the worker's own `job_claim.sql` (batches of {batch}, every column computed; the rows are folded into two arrays instead of being sent) followed by a fenced completion of what it claimed, on a fresh table of {} pre-enqueued jobs per run; the best of {rounds} rounds, interleaved with the worker's. The leanest completion is one `UPDATE … FROM unnest(ids, attempts)` guarded by `status = 'running'` and the attempt (`bench_complete_lean.sql`); the worker's is `job_complete_many.sql`, which locks the rows in id order first and answers row by row (in pgbench with its wait for a row a claim holds bounded by 10 s instead of 500 ms: the worker writes such a batch through `job_finish_many.sql` instead, pgbench cannot). The claims in turn claim as the worker does through a backlog, with `job_claim_in_turn.sql` (the same claim behind the queue's advisory lock, so that the clients' claims take turns; one that had to wait for its turn takes up to {waited} instead, as the worker's does by default, or up to {double} in the last column), then complete with `job_complete_many.sql`. pgbench's rates leave connection time out.\n\n| clients | leanest fenced UPDATE jobs/s | the worker's job_complete_many.sql jobs/s | claim in turn + job_complete_many.sql jobs/s | the same, up to {double} after a wait, jobs/s | rows left running |\n|---:|---:|---:|---:|---:|---:|\n",
+                thousands(plan.jobs),
+                waited = thousands(crate::pgbench::waited_batch(batch, crate::pgbench::Completion::InTurn)),
+                double = thousands(crate::pgbench::waited_batch(batch, crate::pgbench::Completion::InTurnDouble)),
             );
             for c in &plan.clients {
                 let at = |k| swept.iter().find(|w| w.clients == *c && w.completion == k);
-                let (lean, worker, in_turn) = (
+                let (lean, worker, in_turn, double) = (
                     at(crate::pgbench::Completion::Lean),
                     at(crate::pgbench::Completion::Worker),
                     at(crate::pgbench::Completion::InTurn),
+                    at(crate::pgbench::Completion::InTurnDouble),
                 );
                 let rate = |w: Option<&Swept>| {
                     w.map_or_else(|| "–".to_owned(), |w| format!("{:.0}", w.best()))
                 };
-                let left: usize = [lean, worker, in_turn]
+                let left: usize = [lean, worker, in_turn, double]
                     .iter()
                     .map(|w| w.map_or(0, |w| w.left_running))
                     .sum();
                 let _ = writeln!(
                     t,
-                    "| {c} | {} | {} | {} | {left} |",
+                    "| {c} | {} | {} | {} | {} | {left} |",
                     rate(lean),
                     rate(worker),
-                    rate(in_turn)
+                    rate(in_turn),
+                    rate(double)
                 );
             }
             let _ = writeln!(

@@ -385,7 +385,7 @@ impl Client {
                 i64::from(limit),
                 lease_us,
                 &After::FRONT,
-                false,
+                None,
             )
             .await
     }

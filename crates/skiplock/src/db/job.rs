@@ -9,7 +9,7 @@
 use std::time::SystemTime;
 
 use deadpool_postgres::Object;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error as PgError, GenericClient, Row};
 
 pub(crate) use super::write::{ascii_escaped, Finish, Verdict, Written};
@@ -141,7 +141,8 @@ impl Store {
     /// `job_claim.sql`: claims up to `limit` ready jobs of `queue` on a pooled connection
     /// (a prepared statement cached on it when prepared statements are on), in claim order.
     /// Only jobs after `after` ([`After::FRONT`]: all of them). `in_turn`: through
-    /// `job_claim_in_turn.sql` (the same claim, one at a time per queue across sessions).
+    /// `job_claim_in_turn.sql` (the same claim, one at a time per queue across sessions),
+    /// taking up to the given number instead of `limit` if it had to wait for its turn.
     pub(crate) async fn job_claim(
         &self,
         conn: &Object,
@@ -149,9 +150,9 @@ impl Store {
         limit: i64,
         lease_us: i64,
         after: &After,
-        in_turn: bool,
+        in_turn: Option<i64>,
     ) -> Result<Vec<ClaimedJob>> {
-        let statement = if in_turn {
+        let statement = if in_turn.is_some() {
             &self.sql.claim_in_turn
         } else {
             &self.sql.claim
@@ -164,6 +165,7 @@ impl Store {
             limit,
             lease_us,
             after,
+            in_turn,
         )
         .await
         .map_err(Error::db("claim jobs"))
@@ -510,7 +512,10 @@ impl After {
 }
 
 /// Claims up to `limit` ready jobs of `queue` after `after`, in claim order: what
-/// [`Store::job_claim`] runs.
+/// [`Store::job_claim`] runs. `waited`: `job_claim_in_turn.sql`'s `$7` (the most to take
+/// after a wait for the turn); `None` for `job_claim.sql`, which has six parameters.
+// One argument per parameter of the statement, plus the connection and its cache.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
@@ -519,21 +524,21 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     limit: i64,
     lease_us: i64,
     after: &After,
+    waited: Option<i64>,
 ) -> Result<Vec<ClaimedJob>, PgError> {
-    let rows = rows(
-        c,
-        cache,
-        statement,
-        &[
-            (&queue, Type::TEXT),
-            (&limit, Type::INT8),
-            (&lease_us, Type::INT8),
-            (&after.priority, Type::INT2),
-            (&after.run_at, Type::TIMESTAMPTZ),
-            (&after.id, Type::INT8),
-        ],
-    )
-    .await?;
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
+        (&queue, Type::TEXT),
+        (&limit, Type::INT8),
+        (&lease_us, Type::INT8),
+        (&after.priority, Type::INT2),
+        (&after.run_at, Type::TIMESTAMPTZ),
+        (&after.id, Type::INT8),
+    ];
+    // `job_claim_in_turn.sql`'s $7: the most to take after waiting for the turn.
+    if let Some(waited) = &waited {
+        params.push((waited, Type::INT8));
+    }
+    let rows = rows(c, cache, statement, &params).await?;
     let mut jobs = rows
         .iter()
         .map(claimed_job)

@@ -50,8 +50,22 @@ pub struct WorkerConfig {
     pub shutdown_timeout: Duration,
     /// The most jobs one claim takes (default 500); a claim never takes more than the queue
     /// has free slots, plus what it may claim ahead of them (see
-    /// [`WorkerConfig::claim_ahead`]).
+    /// [`WorkerConfig::claim_ahead`]). A claim in turn that had to wait for its turn takes up
+    /// to [`WorkerConfig::max_claim_batch_waited`] instead.
     pub max_claim_batch: u32,
+    /// The most jobs a claim in turn ([`WorkerConfig::claim_in_turn`]) takes when it had to
+    /// wait for its turn because another worker's claim of the queue held it (default
+    /// `None`: four times `max_claim_batch`, 2,000 with the default batch; a value under
+    /// `max_claim_batch` acts as `max_claim_batch`). Such a claim is one of several queued
+    /// for the turn, the one step of a backlog that runs one at a time across processes, and
+    /// each turn has a fixed cost besides its rows (its commit, and the handing of the turn
+    /// to the next session), paid less often in larger claims. A claim that finds the turn
+    /// free (one process, or the first of several) takes at most `max_claim_batch`. The same
+    /// limits hold as for every claim: the free slots plus what the queue may claim ahead,
+    /// which is at most this many times its claims in flight (and as many as its slots start
+    /// within 5 ms); lowering `max_claim_batch` for large payloads lowers this default with
+    /// it (migration 19; docs/SCALING.md).
+    pub max_claim_batch_waited: Option<u32>,
     /// The most outcomes written in one statement (default 1,000).
     pub max_finish_batch: usize,
     /// How many claims one queue may have running at once, each on its own connection
@@ -149,6 +163,14 @@ impl WorkerConfig {
     pub const DEFAULT_VACUUM_CHECK_INTERVAL: Duration = VacuumConfig::DEFAULT_CHECK_INTERVAL;
     /// The most claims in flight per queue that the automatic setting picks.
     pub const AUTO_CLAIMS_IN_FLIGHT_MAX: usize = 4;
+
+    /// The most jobs a claim in turn takes after waiting for its turn: the setting, or four
+    /// times `max_claim_batch`; never less than `max_claim_batch`.
+    pub fn claim_batch_waited(&self) -> u32 {
+        self.max_claim_batch_waited
+            .unwrap_or_else(|| self.max_claim_batch.saturating_mul(4))
+            .max(self.max_claim_batch)
+    }
 
     /// The claims in flight a queue of `concurrency` gets: the setting, or automatically
     /// one per `max_claim_batch` of concurrency, at least 2 (so that a notification never
@@ -289,6 +311,7 @@ impl Default for WorkerConfig {
             reap_interval: Self::DEFAULT_REAP_INTERVAL,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
             max_claim_batch: 500,
+            max_claim_batch_waited: None,
             max_finish_batch: 1_000,
             claims_in_flight: None,
             claim_ahead: true,
@@ -408,6 +431,13 @@ impl WorkerBuilder {
     /// See [`WorkerConfig::max_claim_batch`] (default 500; at least 1, checked by `build`).
     pub fn max_claim_batch(mut self, n: u32) -> Self {
         self.cfg.max_claim_batch = n;
+        self
+    }
+
+    /// See [`WorkerConfig::max_claim_batch_waited`] (default: four times
+    /// `max_claim_batch`; a value under `max_claim_batch` acts as `max_claim_batch`).
+    pub fn max_claim_batch_waited(mut self, n: u32) -> Self {
+        self.cfg.max_claim_batch_waited = Some(n);
         self
     }
 

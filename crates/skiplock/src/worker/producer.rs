@@ -110,10 +110,8 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let backlog_in_flight = shared.cfg.backlog_claims_in_flight_for(slot.concurrency);
     // Each claim asks for at most this many: the batch, or the share per claim of the slots
     // and of what may be claimed ahead of them.
-    let chunk = |ahead: usize| {
-        shared
-            .cfg
-            .max_claim_batch
+    let chunk = |batch: u32, ahead: usize| {
+        batch
             .min(
                 u32::try_from((slot.concurrency + ahead).div_ceil(max_in_flight))
                     .unwrap_or(u32::MAX),
@@ -121,11 +119,15 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             .max(1)
     };
     let max_wait = AHEAD_MAX_WAIT;
+    // A claim in turn that waits for its turn may take this many instead (migration 19).
+    let batch_waited = shared.cfg.claim_batch_waited();
     // Claimed ahead: at most as many as the claims in flight take at their largest, so that
     // every claim can be a whole batch while the slots are full.
-    let ahead_most = usize::try_from(shared.cfg.max_claim_batch)
-        .unwrap_or(usize::MAX)
-        .saturating_mul(max_in_flight);
+    let ahead_most = |batch: u32| {
+        usize::try_from(batch)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(max_in_flight)
+    };
     // Claimed jobs waiting for a slot, in claim order, and how many each claim out asked for.
     let mut waiting: VecDeque<Waiting> = VecDeque::new();
     let mut asked: HashMap<tokio::task::Id, usize> = HashMap::new();
@@ -159,35 +161,45 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             let slow = waiting
                 .front()
                 .is_some_and(|w| w.since.elapsed() >= AHEAD_SLOW);
-            let cap = slot.ahead_cap(shared.cfg.claim_ahead && !slow, AHEAD_WAIT, ahead_most);
+            let ahead = shared.cfg.claim_ahead && !slow;
+            let cap = slot.ahead_cap(ahead, AHEAD_WAIT, ahead_most(shared.cfg.max_claim_batch));
             // A backlog of short jobs: fewer, whole claims. (A job enqueued meanwhile
             // queues behind the backlog anyway; once a claim comes back short, a
             // notification starts a claim at once again.)
             if backlog && cap > 0 && claims.len() >= backlog_in_flight {
                 break;
             }
-            let chunk = chunk(cap);
             let running = slot
                 .concurrency
                 .saturating_sub(slot.slots.available_permits());
             let held = running + waiting.len() + asked.values().sum::<usize>();
-            let room =
-                u32::try_from((slot.concurrency + cap).saturating_sub(held)).unwrap_or(u32::MAX);
+            let room = |cap: usize| {
+                u32::try_from((slot.concurrency + cap).saturating_sub(held)).unwrap_or(u32::MAX)
+            };
+            let chunk_now = chunk(shared.cfg.max_claim_batch, cap);
+            let room_now = room(cap);
             // With a claim already out, a further one only for a worthwhile share.
-            if room == 0 || (!claims.is_empty() && backlog && room < chunk.div_ceil(2)) {
+            if room_now == 0 || (!claims.is_empty() && backlog && room_now < chunk_now.div_ceil(2))
+            {
                 break;
             }
-            let want = room.min(chunk);
+            let want = room_now.min(chunk_now);
             claim_now = false;
             let from = position.next(Instant::now());
-            // Through a backlog: in turn with the queue's other workers (migration 16).
-            let in_turn = backlog && shared.cfg.claim_in_turn;
+            // Through a backlog: in turn with the queue's other workers (migration 16), up
+            // to the larger batch if it waits for its turn (migration 19), within the same
+            // limits computed for that batch.
+            let in_turn = (backlog && shared.cfg.claim_in_turn).then(|| {
+                let cap = slot.ahead_cap(ahead, AHEAD_WAIT, ahead_most(batch_waited));
+                room(cap).min(chunk(batch_waited, cap)).max(want)
+            });
             let (shared, slot) = (shared.clone(), slot.clone());
             let task = claims.spawn(async move {
                 let (cost, r) = claim(&shared, &slot, want, &from, in_turn).await;
                 (want, from, cost, r)
             });
-            asked.insert(task.id(), want as usize);
+            // Held for it: the most it may bring back.
+            asked.insert(task.id(), in_turn.unwrap_or(want) as usize);
             if !backlog {
                 break;
             }
@@ -231,7 +243,8 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                         let got = u32::try_from(claimed.len()).unwrap_or(u32::MAX);
                         position.claimed(&slot.name, from, cost, &claimed);
                         start(&shared, &slot, claimed, &mut jobs, &mut waiting);
-                        backlog = got == want;
+                        // Whole (a claim that waited for its turn may bring more).
+                        backlog = got >= want;
                         // Only a claim from the front finds a queue empty: one from the
                         // position asks for one from the front next, draining.
                         found_nothing = got == 0 && from == After::FRONT;
@@ -434,7 +447,7 @@ async fn claim(
     slot: &QueueSlot,
     want: u32,
     from: &After,
-    in_turn: bool,
+    in_turn: Option<u32>,
 ) -> (Duration, Result<Vec<ClaimedJob>, Error>) {
     let started = std::time::Instant::now();
     let mut cost = Duration::ZERO;
@@ -450,7 +463,7 @@ async fn claim(
                 i64::from(want),
                 shared.lease_us,
                 from,
-                in_turn,
+                in_turn.map(i64::from),
             )
             .await;
         cost = sent.elapsed();

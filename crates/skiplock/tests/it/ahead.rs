@@ -655,3 +655,59 @@ async fn two_workers_through_one_backlog_claim_in_turn() {
         "claims in turn ran at once: {seen:?}"
     );
 }
+
+/// Three workers working through one queue's backlog: a claim in turn that had to wait for
+/// its turn takes up to `max_claim_batch_waited` jobs (migration 19), one that found it free
+/// up to `max_claim_batch`; no claim takes more, and every job runs once. Each worker
+/// always has a claim out through the backlog of no-op jobs, so claims wait for each other's
+/// turns. Negative control (run by hand): with migration 19's `want := greatest(...)` taken
+/// out, no claim takes more than 20 and this test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_waited_for_its_turn_takes_the_larger_batch() {
+    const JOBS: usize = 9_000;
+    let b = setup().await;
+    let batch: Vec<NewJob> = (0..JOBS as u32).map(|i| NewJob::new("noop", &i)).collect();
+    b.client.enqueue_many(&batch).await.unwrap();
+    b.raw.batch_execute("VACUUM ANALYZE jobs").await.unwrap();
+    let mut running = Vec::new();
+    let mut sizes = Vec::new();
+    for _ in 0..3 {
+        let registry = Registry::new().register_handler("noop", JobOptions::default(), noop());
+        let worker = Worker::builder(b.client.clone(), registry)
+            .queue("default", 10)
+            .max_claim_batch(20)
+            .max_claim_batch_waited(60)
+            .build()
+            .unwrap();
+        sizes.push(claim_sizes(worker.subscribe()));
+        running.push(spawn_worker(worker));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while b.count("status = 'done'").await < JOBS as i64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the backlog drained"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut done = 0;
+    for (shutdown, handle) in running {
+        let _ = shutdown.send(());
+        done += handle.await.unwrap().done;
+    }
+    assert_eq!(done, JOBS as u64, "every job ran once");
+    assert_eq!(b.count("attempts <> 1").await, 0, "no job ran twice");
+    let mut all = Vec::new();
+    for s in sizes {
+        all.extend(s.await.unwrap());
+    }
+    let largest = all.iter().copied().max().unwrap_or(0);
+    assert!(largest <= 60, "no claim takes more than 60: {largest}");
+    let larger = all.iter().filter(|&&n| n > 20).count();
+    assert!(
+        larger > 0,
+        "some claims waited for their turn and took more than 20: none of {} claims did \
+         (largest {largest})",
+        all.len()
+    );
+}

@@ -238,11 +238,14 @@ async fn a_claim_from_a_key_takes_only_later_jobs_and_skips_what_a_held_snapshot
     held.rollback().await.unwrap();
 }
 
-/// The claim in turn (`job_claim_in_turn.sql`, migration 16): while one session's claim in
-/// turn holds the queue's lock (its transaction left open here; the worker's runs in
+/// The claim in turn (`job_claim_in_turn.sql`, migrations 16 and 19): while one session's
+/// claim in turn holds the queue's lock (its transaction left open here; the worker's runs in
 /// autocommit, for one statement), another claim in turn of the same queue waits, a claim
 /// in turn of another queue and a plain claim (`job_claim.sql`) do not; once the first
-/// commits, the waiting claim takes the next jobs, none of the first one's.
+/// commits, the waiting claim takes the next jobs, none of the first one's, and as many as
+/// its `$7` (a claim that waited for its turn takes its larger batch; those that found the
+/// turn free take their `$2`). Negative control (run by hand): with migration 19's
+/// `want := greatest(...)` taken out, the waiting claim takes 5 and the test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
     let b = setup().await;
@@ -261,39 +264,46 @@ async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
         .unwrap();
     let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
     let plain = b.client.statement(Statement::Claim).to_owned();
+    // `waited`: the claim in turn's $7 (the plain claim has six parameters).
     async fn claim(
         c: &(impl tokio_postgres::GenericClient + Sync),
         sql: &str,
         queue: &str,
         n: i64,
+        waited: Option<i64>,
     ) -> Vec<i64> {
         let lease = 300_000_000i64;
-        c.query_typed(
-            sql,
-            &[
-                (&queue, Type::TEXT),
-                (&n, Type::INT8),
-                (&lease, Type::INT8),
-                (&FRONT.0, Type::INT2),
-                (&FRONT.1, Type::TIMESTAMPTZ),
-                (&FRONT.2, Type::INT8),
-            ],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, i64>("id"))
-        .collect()
+        let mut params: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = vec![
+            (&queue, Type::TEXT),
+            (&n, Type::INT8),
+            (&lease, Type::INT8),
+            (&FRONT.0, Type::INT2),
+            (&FRONT.1, Type::TIMESTAMPTZ),
+            (&FRONT.2, Type::INT8),
+        ];
+        if let Some(w) = &waited {
+            params.push((w, Type::INT8));
+        }
+        c.query_typed(sql, &params)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, i64>("id"))
+            .collect()
     }
     let mut a = b.db.connect().await.unwrap();
     let tx = a.transaction().await.unwrap();
-    let first = claim(&tx, &in_turn, "default", 5).await;
-    assert_eq!(first, ids[..5], "the first claim in turn takes the front");
+    let first = claim(&tx, &in_turn, "default", 5, Some(8)).await;
+    assert_eq!(
+        first,
+        ids[..5],
+        "the first claim in turn takes the front, its $2: it found the turn free"
+    );
 
     let second = b.db.connect().await.unwrap();
     let waiting = tokio::spawn({
         let in_turn = in_turn.clone();
-        async move { claim(&second, &in_turn, "default", 5).await }
+        async move { claim(&second, &in_turn, "default", 5, Some(8)).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -333,14 +343,20 @@ async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
 
     // A plain claim steps past the rows the open claim holds, at once.
     let c = b.db.connect().await.unwrap();
-    let plain_got = tokio::time::timeout(Duration::from_secs(5), claim(&c, &plain, "default", 2))
-        .await
-        .expect("a plain claim does not wait for a claim in turn");
+    let plain_got = tokio::time::timeout(
+        Duration::from_secs(5),
+        claim(&c, &plain, "default", 2, None),
+    )
+    .await
+    .expect("a plain claim does not wait for a claim in turn");
     assert_eq!(plain_got, ids[5..7]);
     // Another queue's claims in turn have a lock of their own.
-    let other = tokio::time::timeout(Duration::from_secs(5), claim(&c, &in_turn, "other", 5))
-        .await
-        .expect("another queue's claim in turn does not wait");
+    let other = tokio::time::timeout(
+        Duration::from_secs(5),
+        claim(&c, &in_turn, "other", 5, Some(8)),
+    )
+    .await
+    .expect("another queue's claim in turn does not wait");
     assert_eq!(other.len(), 1);
 
     tx.commit().await.unwrap();
@@ -350,8 +366,8 @@ async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
         .unwrap();
     assert_eq!(
         second,
-        ids[7..12],
-        "the next jobs, none of the first claim's"
+        ids[7..15],
+        "the next jobs, none of the first claim's, as many as its $7: it waited for its turn"
     );
 }
 
@@ -370,26 +386,32 @@ async fn claim_in_turn_runs_job_claim_sql() {
             .join("\n")
     };
     let claim = strip(b.client.statement(Statement::Claim));
-    let src: String = b
+    // Both versions: migration 16's (six arguments, for workers of the previous version
+    // during an upgrade) and migration 19's (seven).
+    let srcs = b
         .raw
-        .query_one(
-            "SELECT prosrc FROM pg_proc WHERE proname = 'claim_in_turn' \
-             AND pronamespace = current_schema()::regnamespace",
+        .query(
+            "SELECT pronargs, prosrc FROM pg_proc WHERE proname = 'claim_in_turn' \
+             AND pronamespace = current_schema()::regnamespace ORDER BY pronargs",
             &[],
         )
         .await
-        .unwrap()
-        .get(0);
-    let body = src
-        .split("$claim$")
-        .nth(1)
-        .expect("claim_in_turn() runs a statement quoted $claim$");
-    assert_eq!(strip(body), claim);
-    // And it is what the worker's claim in turn calls.
+        .unwrap();
+    let nargs: Vec<i16> = srcs.iter().map(|r| r.get(0)).collect();
+    assert_eq!(nargs, [6, 7]);
+    for r in &srcs {
+        let src: String = r.get(1);
+        let body = src
+            .split("$claim$")
+            .nth(1)
+            .expect("claim_in_turn() runs a statement quoted $claim$");
+        assert_eq!(strip(body), claim);
+    }
+    // And the seven-argument one is what the worker's claim in turn calls.
     assert!(b
         .client
         .statement(Statement::ClaimInTurn)
-        .contains(".claim_in_turn($1, $2, $3, $4, $5, $6)"));
+        .contains(".claim_in_turn($1, $2, $3, $4, $5, $6, $7)"));
 }
 
 /// The queue's lock of a claim in turn is the transaction's: a session that dies holding it
@@ -410,7 +432,7 @@ async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
         .collect();
     let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
     let params =
-        |n: &'static i64| -> [(&'static (dyn tokio_postgres::types::ToSql + Sync), Type); 6] {
+        |n: &'static i64| -> [(&'static (dyn tokio_postgres::types::ToSql + Sync), Type); 7] {
             [
                 (&"default", Type::TEXT),
                 (n, Type::INT8),
@@ -418,6 +440,7 @@ async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
                 (&FRONT.0, Type::INT2),
                 (&FRONT.1, Type::TIMESTAMPTZ),
                 (&FRONT.2, Type::INT8),
+                (n, Type::INT8),
             ]
         };
     let mut a = b.db.connect().await.unwrap();
@@ -466,7 +489,7 @@ async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_turn_waits_two_seconds_at_most_for_its_turn() {
     let b = setup().await;
-    let jobs: Vec<NewJob> = (0..8).map(|i| NewJob::new("k", &i)).collect();
+    let jobs: Vec<NewJob> = (0..12).map(|i| NewJob::new("k", &i)).collect();
     let ids: Vec<i64> = b
         .client
         .enqueue_many(&jobs)
@@ -478,13 +501,16 @@ async fn a_claim_in_turn_waits_two_seconds_at_most_for_its_turn() {
     let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
     let four = 4i64;
     let lease = 300_000_000i64;
-    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6] = [
+    // $7 larger than $2: a claim whose turn never came takes its own batch, not the larger.
+    let eight = 8i64;
+    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 7] = [
         (&"default", Type::TEXT),
         (&four, Type::INT8),
         (&lease, Type::INT8),
         (&FRONT.0, Type::INT2),
         (&FRONT.1, Type::TIMESTAMPTZ),
         (&FRONT.2, Type::INT8),
+        (&eight, Type::INT8),
     ];
     let mut a = b.db.connect().await.unwrap();
     let tx = a.transaction().await.unwrap();
@@ -505,7 +531,11 @@ async fn a_claim_in_turn_waits_two_seconds_at_most_for_its_turn() {
         waited >= Duration::from_millis(1_800) && waited < Duration::from_secs(6),
         "waited {waited:?}"
     );
-    assert_eq!(got, ids[4..8], "claimed past the holder's rows");
+    assert_eq!(
+        got,
+        ids[4..8],
+        "claimed past the holder's rows, its own batch (its turn never came)"
+    );
     let timeout: String = c.query_one("SHOW lock_timeout", &[]).await.unwrap().get(0);
     assert_eq!(timeout, "10s");
     tx.rollback().await.unwrap();
