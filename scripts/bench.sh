@@ -2,7 +2,7 @@
 # Runs the whole benchmark suite on a throwaway PostgreSQL cluster and rewrites
 # docs/BENCHMARKS.md with the figures (a "## Notes" section at its end is kept).
 #
-#   scripts/bench.sh            # the full suite (about 35 minutes on 2 cores; `bench all`
+#   scripts/bench.sh            # the full suite (about 40 minutes on 2 cores; `bench all`
 #                               # says how long each part takes before it starts)
 #   scripts/bench.sh --quick    # tiny sizes, to check that everything runs
 set -euo pipefail

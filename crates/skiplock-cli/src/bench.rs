@@ -80,7 +80,8 @@ pub struct Args {
     /// footprint: default 200; held-snapshot: default 1000).
     #[arg(long)]
     rate: Option<f64>,
-    /// How long each latency point runs (default 10s), or the footprint's steady phase
+    /// How long each latency run offers jobs (default: about 15,000 jobs, between 10s and
+    /// 30s: 30s at 50 and 500 jobs/s, 10s at 5,000), or the footprint's steady phase
     /// (default 2m; the held-snapshot run adds 30s before, 60s held, 90s after), or how
     /// long the held-snapshot scenario holds its snapshot (default 30m).
     #[arg(long, value_parser = parse_duration)]

@@ -71,9 +71,9 @@ pub fn expected_time(quick: bool) -> String {
     let q = quick;
     format!(
         "about {} (throughput {}, latency {}, enqueue and history {}, footprint {}, processes {}, limits {}, workflow {}, peers {})",
-        if q { "1 minute" } else { "35 minutes" },
+        if q { "1 minute" } else { "40 minutes" },
         if q { "20 s" } else { "9 min" },
-        if q { "8 s" } else { "5 min" },
+        if q { "8 s" } else { "9 min" },
         if q { "seconds" } else { "2 min" },
         if q { "6 s" } else { "6 min" },
         if q { "10 s" } else { "2 min" },

@@ -281,6 +281,38 @@ fn describe(p: &ThroughputPoint) -> String {
 /// it counts as slower (the run-to-run noise of a best of three on this kind of machine).
 const NOISE: f64 = 0.03;
 
+/// The default points whose every run was slower than every run of a default point of
+/// smaller concurrency ("none" if there are none): a slowdown the runs agree on, as opposed
+/// to one best run against another. With three runs each, runs of one rate would fall that
+/// way by chance once in twenty (a one-sided rank test at zero).
+fn consistently_slower(rows: &[(ThroughputPoint, Vec<f64>)]) -> String {
+    let defaults: Vec<&(ThroughputPoint, Vec<f64>)> = rows
+        .iter()
+        .filter(|(p, runs)| p.setup.is_default() && !runs.is_empty())
+        .collect();
+    let mut found = Vec::new();
+    for (d, d_runs) in &defaults {
+        for (e, e_runs) in defaults
+            .iter()
+            .filter(|(e, _)| e.setup.concurrency < d.setup.concurrency)
+        {
+            let d_max = d_runs.iter().copied().fold(f64::MIN, f64::max);
+            let e_min = e_runs.iter().copied().fold(f64::MAX, f64::min);
+            if d_max < e_min {
+                found.push(format!(
+                    "{} under {}",
+                    d.setup.concurrency, e.setup.concurrency
+                ));
+            }
+        }
+    }
+    if found.is_empty() {
+        "none".to_owned()
+    } else {
+        found.join(", ")
+    }
+}
+
 /// The throughput targets; returns the frozen runs' spread, if there were two or more.
 fn targets(s: &mut Sitting<'_>, plan: &Plan, runs: &Runs) -> Option<f64> {
     let (frozen, ceiling) = (&runs.frozen, runs.ceiling.jobs_per_s.max(1e-9));
@@ -346,16 +378,22 @@ fn targets(s: &mut Sitting<'_>, plan: &Plan, runs: &Runs) -> Option<f64> {
         }
     }
     if defaults.len() >= 2 {
+        let mut measured = if slower.is_empty() {
+            "none slower".to_owned()
+        } else {
+            slower.join("; ")
+        };
+        let _ = write!(
+            measured,
+            "; every run under every run of a smaller one (a rank test, p = 0.05 for three runs each): {}",
+            consistently_slower(&runs.rows)
+        );
         s.target(
             format!(
                 "defaults: no concurrency slower than a smaller one (by more than {:.0}%)",
                 NOISE * 100.0
             ),
-            if slower.is_empty() {
-                "none slower".to_owned()
-            } else {
-                slower.join("; ")
-            },
+            measured,
             Some(slower.is_empty()),
         );
     }
@@ -494,5 +532,49 @@ fn ceiling_shape(c: &CeilingPoint) -> String {
         format!("{} claim + 1 finish", c.loops)
     } else {
         format!("{} claim-and-finish", c.loops)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(concurrency: usize, batch: Option<u32>, runs: &[f64]) -> (ThroughputPoint, Vec<f64>) {
+        let mut setup = W::defaults(concurrency);
+        if let Some(b) = batch {
+            setup = setup.batch(b);
+        }
+        let best = runs.iter().copied().fold(f64::MIN, f64::max);
+        let point = ThroughputPoint {
+            jobs: 100,
+            setup,
+            batch: batch.unwrap_or(500),
+            claims_in_flight: 1,
+            jobs_per_s: best,
+        };
+        (point, runs.to_vec())
+    }
+
+    #[test]
+    fn a_point_is_consistently_slower_only_when_every_run_is_under_every_run_of_a_smaller_one() {
+        // Overlapping runs: no slowdown the runs agree on, though 400's best is 4% under.
+        let rows = vec![
+            row(100, None, &[62_000.0, 65_600.0, 62_900.0]),
+            row(400, None, &[62_500.0, 63_000.0, 63_000.0]),
+        ];
+        assert_eq!(consistently_slower(&rows), "none");
+        // Every run of 400 under every run of 100 (and of 10): reported, largest first.
+        let rows = vec![
+            row(10, None, &[64_000.0, 64_500.0, 65_000.0]),
+            row(100, None, &[63_000.0, 64_000.0, 65_000.0]),
+            row(400, None, &[60_000.0, 61_000.0, 62_900.0]),
+        ];
+        assert_eq!(consistently_slower(&rows), "400 under 10, 400 under 100");
+        // A point with settings other than the defaults is not compared.
+        let rows = vec![
+            row(100, None, &[63_000.0, 64_000.0, 65_000.0]),
+            row(400, Some(1000), &[60_000.0, 61_000.0, 62_900.0]),
+        ];
+        assert_eq!(consistently_slower(&rows), "none");
     }
 }
