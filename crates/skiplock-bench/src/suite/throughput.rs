@@ -125,11 +125,11 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let batch = WorkerConfig::default().max_claim_batch;
     let mut swept = Vec::new();
     let mut rows: Vec<(ThroughputPoint, Vec<f64>)> = Vec::new();
-    for _ in 0..plan.rounds {
+    for round in 0..plan.rounds {
         if let Ok(program) = &program {
             ceiling::round(s, program, plan.jobs, batch, &plan.clients, &mut swept).await?;
         }
-        worker_round(s, &plan, &mut rows).await?;
+        worker_round(s, &plan, round, &mut rows).await?;
     }
     let best_loops = loops.iter().map(|c| c.jobs_per_s).fold(0.0, f64::max);
     let ceiling = ceiling::best_of(&swept, plan.jobs).unwrap_or_else(|| Ceiling {
@@ -196,12 +196,27 @@ async fn loop_sweep(s: &mut Sitting<'_>, plan: &Plan) -> Result<Vec<CeilingPoint
 
 /// One round of the worker points: each point's rate is added to its row (the row keeps the
 /// best).
+/// The order in which round `round` of `rounds` runs `points` points: each round starts
+/// `points / rounds` further along than the one before (and wraps around), so that no point
+/// always runs in the same place in its round (always last, right before the next round's
+/// pgbench runs, say), where whatever the round leaves behind would land on it alone.
+fn round_order(points: usize, round: usize, rounds: usize) -> impl Iterator<Item = usize> {
+    let offset = if points == 0 {
+        0
+    } else {
+        round * points / rounds.max(1) % points
+    };
+    (0..points).map(move |k| (k + offset) % points)
+}
+
 async fn worker_round(
     s: &mut Sitting<'_>,
     plan: &Plan,
+    round: usize,
     rows: &mut Vec<(ThroughputPoint, Vec<f64>)>,
 ) -> Result<()> {
-    for (i, w) in plan.points.iter().enumerate() {
+    for i in round_order(plan.points.len(), round, plan.rounds) {
+        let w = &plan.points[i];
         s.observer
             .run(&format!("worker, concurrency {}", w.concurrency));
         let p = bench::throughput(s.url, s.base, plan.jobs_for(w), w).await?;
@@ -219,6 +234,8 @@ async fn worker_round(
                 }
             }
             None => {
+                // The first round runs the points in order (its offset is 0), so each
+                // point's row is pushed at its own index.
                 let rate = p.jobs_per_s;
                 rows.push((p, vec![rate]));
             }
@@ -494,7 +511,7 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
     }
     let _ = write!(
         t,
-        "\nWorker points, the best of {rounds} runs each, as a share of the ceiling. A worker's rate is the wall time of its whole run: the worker's start, its connections, and the detection that the queue is drained are included.\n\n| concurrency | settings | batch | claims in flight | runs (jobs/s) | best jobs/s | of the ceiling |\n|---:|---|---:|---:|---|---:|---:|\n"
+        "\nWorker points, the best of {rounds} runs each, as a share of the ceiling; each round (after that round's ceiling runs) starts further along the list below than the one before, by the number of points over the number of rounds, so that no point always runs in the same place in its round. A worker's rate is the wall time of its whole run: the worker's start, its connections, and the detection that the queue is drained are included.\n\n| concurrency | settings | batch | claims in flight | runs (jobs/s) | best jobs/s | of the ceiling |\n|---:|---|---:|---:|---|---:|---:|\n"
     );
     for (p, rates) in &runs.rows {
         let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
@@ -553,6 +570,30 @@ mod tests {
             jobs_per_s: best,
         };
         (point, runs.to_vec())
+    }
+
+    #[test]
+    fn each_round_starts_further_along_so_that_no_point_always_runs_last() {
+        let order = |round| round_order(12, round, 3).collect::<Vec<_>>();
+        assert_eq!(order(0), (0..12).collect::<Vec<_>>());
+        assert_eq!(order(1)[0], 4);
+        assert_eq!(order(2)[0], 8);
+        for round in 0..3 {
+            let mut o = order(round);
+            o.sort_unstable();
+            assert_eq!(
+                o,
+                (0..12).collect::<Vec<_>>(),
+                "round {round} runs every point once"
+            );
+        }
+        let last: Vec<usize> = (0..3).map(|r| order(r)[11]).collect();
+        assert_eq!(last, vec![11, 3, 7]);
+        assert_eq!(round_order(0, 1, 3).count(), 0);
+        assert_eq!(
+            round_order(5, 0, 1).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
     }
 
     #[test]
