@@ -119,6 +119,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "larger_claims_after_a_wait",
         sql: include_str!("../migrations/0019_larger_claims_after_a_wait.sql"),
     },
+    Migration {
+        version: 20,
+        name: "key_slots_index",
+        sql: include_str!("../migrations/0020_key_slots_index.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -631,6 +631,80 @@ async fn a_full_keys_backlog_does_not_make_the_claim_dearer_with_stale_statistic
     );
 }
 
+/// The per-key walk counts a key's slots in use with one descent of the key index
+/// (jobs_slots_idx, queue and key), never by reading the queue's running jobs through the
+/// lease index (queue, locked_until), which had the same predicate but for the key until
+/// migration 20. The claim's plan is made at a session's first claim and kept: here that
+/// claim comes when the statistics say nothing runs and the key index is far the larger of
+/// the two (3,000 running jobs with long keys), which is when PostgreSQL took the lease index
+/// for the count, and each of the 50 keys visited read all 3,000 running rows. The index
+/// entries each index returned are the transaction's own statistics, read before it ends.
+/// Negative control: on the schema as migration 19 left it, the lease index returned
+/// 150,000 entries here.
+#[tokio::test]
+async fn the_key_walk_counts_slots_through_the_key_index_whatever_the_index_sizes() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(2), None)
+        .await
+        .unwrap();
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (payload, key) SELECT '{}', 'ready' || (g % 100)
+               FROM generate_series(1, 1000) g",
+        )
+        .await
+        .unwrap();
+    b.raw.batch_execute("VACUUM ANALYZE jobs").await.unwrap();
+    b.raw
+        .batch_execute(
+            "INSERT INTO jobs (queue, payload, key, status, attempts, locked_until)
+               SELECT 'default', '{}', repeat('x', 100) || g, 'running', 1,
+                      now() + interval '1 hour'
+               FROM generate_series(1, 3000) g;
+             BEGIN",
+        )
+        .await
+        .unwrap();
+    let claim = b.client.statement(skiplock::Statement::Claim).to_owned();
+    let claimed = b
+        .raw
+        .query(
+            &claim,
+            &[
+                &"default",
+                &100i64,
+                &30_000_000i64,
+                &FRONT.0,
+                &FRONT.1,
+                &FRONT.2,
+            ],
+        )
+        .await
+        .unwrap()
+        .len();
+    let read = |index: &'static str| {
+        let raw = &b.raw;
+        async move {
+            raw.query_one(
+                &format!("SELECT pg_stat_get_xact_tuples_returned('{index}'::regclass)"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+        }
+    };
+    let (lease, slots) = (read("jobs_lease_idx").await, read("jobs_slots_idx").await);
+    b.raw.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(claimed, 100, "two jobs of each of 50 keys");
+    assert_eq!(
+        lease, 0,
+        "the claim read {lease} entries of the lease index ({slots} of the key index)"
+    );
+    assert!(slots <= 100, "the key index returned {slots} entries");
+}
+
 /// The fewest buffers of three claims of queue `default` that each take the same jobs of
 /// `key` (put back before the second and third).
 async fn least_of_three(b: &Bundle, claim: &str, key: &str) -> i64 {

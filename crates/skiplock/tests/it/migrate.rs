@@ -251,6 +251,64 @@ async fn migrate_tx_follows_an_sqlx_transaction() {
     assert!(schema_exists(&db).await);
 }
 
+/// Migration 20 on a schema at 19 keeps a key index built beforehand with CREATE INDEX
+/// CONCURRENTLY under its documented name (the same index, renamed), and replaces the old
+/// definition; run again, it keeps the index it made instead of building it again.
+#[tokio::test]
+async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
+    let db = TestDb::new().await;
+    let client = client_for(&db);
+    client.migrate().await.unwrap();
+    let s = format!("\"{}\"", db.schema());
+    let conn = db.connect().await.unwrap();
+    // The index as migration 18 left it.
+    conn.batch_execute(&format!(
+        "DROP INDEX {s}.jobs_slots_idx;
+         CREATE INDEX jobs_slots_idx ON {s}.jobs (queue, key)
+           WHERE key IS NOT NULL AND status IN ('running', 'failed') AND locked_until IS NOT NULL;
+         DELETE FROM {s}.schema_migrations WHERE version >= 20;"
+    ))
+    .await
+    .unwrap();
+    conn.batch_execute(&format!(
+        "CREATE INDEX CONCURRENTLY jobs_slots_v20_idx ON {s}.jobs (queue, key)
+           WHERE key IS NOT NULL AND status IN ('running', 'failed')
+             AND (status = 'running' OR locked_until IS NOT NULL)"
+    ))
+    .await
+    .unwrap();
+    let oid = |name: &'static str| index_oid(&conn, &s, name);
+    let built = oid("jobs_slots_v20_idx").await.unwrap();
+    let report = client.migrate().await.unwrap();
+    assert_eq!(report.applied, vec![(20, "key_slots_index")]);
+    assert_eq!(
+        oid("jobs_slots_idx").await,
+        Some(built),
+        "the same index, renamed"
+    );
+    assert_eq!(oid("jobs_slots_v20_idx").await, None);
+    let def: String = conn
+        .query_one(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = 'jobs_slots_idx'",
+            &[&db.schema()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        def.contains("(status = 'running'::text) OR (locked_until IS NOT NULL)"),
+        "{def}"
+    );
+    // Run again (as every migration may be): the same index, not a new build.
+    conn.batch_execute(&format!(
+        "DELETE FROM {s}.schema_migrations WHERE version >= 20"
+    ))
+    .await
+    .unwrap();
+    client.migrate().await.unwrap();
+    assert_eq!(oid("jobs_slots_idx").await, Some(built));
+}
+
 /// Migration 18 on a schema at 17 keeps a lease index built beforehand with CREATE INDEX
 /// CONCURRENTLY under its documented name (the same index, renamed), builds the others, and
 /// leaves the old definitions gone; run again, it leaves the same indexes.
@@ -278,16 +336,7 @@ async fn migration_18_keeps_a_lease_index_built_concurrently_beforehand() {
     ))
     .await
     .unwrap();
-    let oid = |name: &'static str| {
-        let conn = &conn;
-        let s = s.clone();
-        async move {
-            conn.query_one(&format!("SELECT to_regclass('{s}.{name}')::oid::int8"), &[])
-                .await
-                .unwrap()
-                .get::<_, Option<i64>>(0)
-        }
-    };
+    let oid = |name: &'static str| index_oid(&conn, &s, name);
     let built = oid("jobs_lease_v18_idx").await.unwrap();
     let report = client.migrate().await.unwrap();
     assert_eq!(report.applied.first(), Some(&(18, "one_lease_index")));
@@ -330,4 +379,12 @@ async fn migration_18_keeps_a_lease_index_built_concurrently_beforehand() {
         .unwrap()
         .get(0);
     assert_eq!(again, 3);
+}
+
+/// The OID of index `name` of the quoted schema `s`, if it exists.
+async fn index_oid(conn: &tokio_postgres::Client, s: &str, name: &str) -> Option<i64> {
+    conn.query_one(&format!("SELECT to_regclass('{s}.{name}')::oid::int8"), &[])
+        .await
+        .unwrap()
+        .get(0)
 }
