@@ -9,7 +9,7 @@
 -- answer the same count: every running row of the queue, read one by one and filtered by
 -- key. The limited claim keeps one plan per session (plan_cache_mode = force_generic_plan),
 -- made at its first call, and while the queue has few running jobs the two indexes cost the
--- planner about the same (5.90 against 5.92 in the plans we logged): which one a session took
+-- planner about the same (5.90 against 5.92 in logged plans): which one a session took
 -- depended on the two indexes' sizes at its first claim. A session that took jobs_lease_idx
 -- read every running job of the queue for every key it visited: in a drain of 100,000 no-op
 -- jobs over 1,000 keys with a per-key limit of 2 (concurrency 200, claims of 500), the walk's
