@@ -18,6 +18,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The `skiplock` command's allocator, so that the two queues' processes differ in the queue,
+/// not in how they allocate.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use graphile_worker::{
     IntoTaskHandlerResult, LocalQueueConfig, TaskHandler, Worker, WorkerContext, WorkerOptions,
 };

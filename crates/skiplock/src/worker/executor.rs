@@ -109,10 +109,12 @@ impl Drop for Attempt {
 
 pub(crate) async fn run(
     shared: Arc<Shared>,
-    job: ClaimedJob,
+    mut job: ClaimedJob,
     permit: OwnedSemaphorePermit,
     attempt: Attempt,
 ) {
+    // The handler's own: nothing after it reads the payload.
+    let payload = std::mem::take(&mut job.payload);
     let entry = shared.registry.get(&job.kind).cloned();
     let cancel = attempt.cancel.clone();
     let span = tracing::info_span!(
@@ -165,7 +167,7 @@ pub(crate) async fn run(
         // `call` itself may panic before it returns a future (a closure that panics before
         // its `async` block, a hand-written handler): caught like a panic in the future.
         let call = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            entry.handler.call(job.payload.clone(), ctx)
+            entry.handler.call(payload, ctx)
         }));
         let future = match call {
             Ok(f) => f,
