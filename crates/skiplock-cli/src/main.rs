@@ -29,9 +29,9 @@ mod workflow;
 use std::process::ExitCode;
 
 /// mimalloc: a worker allocates a few small objects for every job (its row, its task, its
-/// outcome), and glibc's allocator spent a fifth of the worker's own CPU on them
-/// (docs/BENCHMARKS.md, "The command's allocator"). The library leaves the choice to the
-/// program that uses it.
+/// outcome), and glibc's allocator took a fifth of the worker process's profile for them
+/// (docs/BENCHMARKS.md, the note on the best setting and the defaults). The library leaves
+/// the choice to the program that uses it.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
