@@ -74,20 +74,19 @@ impl Scratch {
         self.vacuum().await
     }
 
-    /// Jobs done and jobs still running.
-    pub(crate) async fn status_counts(&self) -> Result<(usize, usize)> {
+    /// Jobs done, jobs still running, and rows left.
+    pub(crate) async fn status_counts(&self) -> Result<(usize, usize, usize)> {
         const OP: &str = "count the bench table's done and running jobs";
         let conn = conn(&self.client, OP).await?;
         let row = conn
             .query_one(&self.sql(Statement::BenchStatusCounts), &[])
             .await
             .map_err(Error::db(OP))?;
-        let done: i64 = row.try_get("done").map_err(Error::db(OP))?;
-        let running: i64 = row.try_get("running").map_err(Error::db(OP))?;
-        Ok((
-            usize::try_from(done).unwrap_or(0),
-            usize::try_from(running).unwrap_or(0),
-        ))
+        let count = |name: &str| -> Result<usize> {
+            let n: i64 = row.try_get(name).map_err(Error::db(OP))?;
+            Ok(usize::try_from(n).unwrap_or(0))
+        };
+        Ok((count("done")?, count("running")?, count("rows")?))
     }
 
     async fn freeze_statistics(&self) -> Result<()> {
@@ -195,6 +194,8 @@ pub struct WorkerSetup {
     pub limits: Option<skiplock::QueueLimits>,
     /// Jobs spread evenly over this many keys (0: no keys).
     pub keys: usize,
+    /// [`WorkerConfig::delete_done`]: completed jobs deleted instead of kept.
+    pub delete_done: bool,
 }
 
 impl WorkerSetup {
@@ -208,6 +209,7 @@ impl WorkerSetup {
             frozen_statistics: false,
             limits: None,
             keys: 0,
+            delete_done: false,
         }
     }
 
@@ -241,6 +243,12 @@ impl WorkerSetup {
         self
     }
 
+    /// With completed jobs deleted instead of kept ([`WorkerConfig::delete_done`]).
+    pub fn delete_done(mut self) -> Self {
+        self.delete_done = true;
+        self
+    }
+
     /// With statistics frozen from an all-queued table.
     pub fn frozen_statistics(mut self) -> Self {
         self.frozen_statistics = true;
@@ -258,6 +266,7 @@ impl WorkerSetup {
             cfg.max_claim_batch = b;
         }
         cfg.claims_in_flight = self.claims_in_flight;
+        cfg.delete_done = self.delete_done;
         cfg
     }
 }
@@ -606,7 +615,12 @@ pub async fn latency_floor(
     let complete = writer
         .prepare_typed(
             s.client.statement(skiplock::Statement::CompleteMany),
-            &[Type::INT8_ARRAY, Type::INT4_ARRAY, Type::TEXT_ARRAY],
+            &[
+                Type::INT8_ARRAY,
+                Type::INT4_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::BOOL,
+            ],
         )
         .await
         .map_err(Error::db(OP))?;
@@ -620,7 +634,7 @@ pub async fn latency_floor(
             }
             let outputs: Vec<Option<&str>> = vec![None; ids.len()];
             writer
-                .query(&complete, &[&ids, &attempts, &outputs])
+                .query(&complete, &[&ids, &attempts, &outputs, &false])
                 .await
                 .map_err(Error::db(OP))?;
         }

@@ -43,6 +43,10 @@ pub enum Completion {
     /// setting beside the worker's default, so that the ceiling is the server's best for
     /// the claims in turn whichever of the two suits it.
     InTurnDouble,
+    /// The worker's claim, then `job_complete_delete_many.sql`: the completion of a worker
+    /// with `delete_done`, which deletes the jobs instead of keeping them. Measured beside
+    /// the others, never the ceiling of the worker's default points (which keep them).
+    Deleting,
 }
 
 impl Completion {
@@ -55,6 +59,7 @@ impl Completion {
             Completion::InTurnDouble => {
                 "job_complete_many.sql after the claim in turn (twice the batch after a wait)"
             }
+            Completion::Deleting => "job_complete_delete_many.sql (completed jobs deleted)",
         }
     }
 
@@ -65,6 +70,7 @@ impl Completion {
             Completion::Worker => "worker",
             Completion::InTurn => "worker-in-turn",
             Completion::InTurnDouble => "worker-in-turn-double",
+            Completion::Deleting => "worker-delete",
         }
     }
 }
@@ -190,12 +196,20 @@ const PGBENCH_LOCK_TIMEOUT: &str = "set_config('lock_timeout', '10s', true)";
 fn completion_command(client: &Client, schema: &Schema, completion: Completion) -> Result<String> {
     let sql = match completion {
         Completion::Lean => Statement::BenchCompleteLean.sql(schema),
-        Completion::Worker | Completion::InTurn | Completion::InTurnDouble => {
-            let sql = client.statement(skiplock::Statement::CompleteMany);
+        Completion::Worker
+        | Completion::InTurn
+        | Completion::InTurnDouble
+        | Completion::Deleting => {
+            let sql = client.statement(if completion == Completion::Deleting {
+                skiplock::Statement::CompleteDeleteMany
+            } else {
+                skiplock::Statement::CompleteMany
+            });
             if !sql.contains(COMPLETE_MANY_LOCK_TIMEOUT) {
                 return Err(Error::refused(
-                    "job_complete_many.sql no longer sets its lock_timeout to 500ms: the \
-                     pgbench script cannot lengthen it (see the bench's pgbench module)",
+                    "job_complete_many.sql or job_complete_delete_many.sql no longer sets \
+                     its lock_timeout to 500ms: the pgbench script cannot lengthen it (see \
+                     the bench's pgbench module)",
                 ));
             }
             sql.replace(COMPLETE_MANY_LOCK_TIMEOUT, PGBENCH_LOCK_TIMEOUT)
@@ -311,7 +325,13 @@ pub async fn ceiling(
     let tps = parse_tps(&stdout).ok_or_else(|| Error::Incomplete {
         what: format!("pgbench printed no rate: {}", stdout.trim()),
     })?;
-    let (done, running) = s.status_counts().await?;
+    let (kept_done, running, rows) = s.status_counts().await?;
+    // A deleting completion leaves no row for what it completed.
+    let done = if completion == Completion::Deleting {
+        jobs.saturating_sub(rows)
+    } else {
+        kept_done
+    };
     s.drop_now().await?;
     let transactions = (clients * per_client) as f64;
     Ok(PgbenchPoint {
@@ -353,6 +373,14 @@ mod tests {
                 .replace("$2", ":att");
             assert!(s.ends_with(&format!("{expected};\n")), "{s}");
         }
+        let deleting = client.statement(skiplock::Statement::CompleteDeleteMany);
+        let s = script(&client, 500, Completion::Deleting).expect("the deleting script");
+        let expected = deleting
+            .replace(COMPLETE_MANY_LOCK_TIMEOUT, PGBENCH_LOCK_TIMEOUT)
+            .replace("$3", "NULL")
+            .replace("$1", ":ids")
+            .replace("$2", ":att");
+        assert!(s.ends_with(&format!("{expected};\n")), "{s}");
         let lean = script(&client, 500, Completion::Lean).expect("the lean script");
         assert!(!lean.contains(PGBENCH_LOCK_TIMEOUT), "{lean}");
     }

@@ -105,15 +105,30 @@ async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end()
     // The points, as `skiplock bench --json` prints them.
     let of = |s: &str| seen.points.iter().filter(|p| p["scenario"] == s).count();
     assert!(of("throughput-ceiling") >= 2);
-    // pgbench at 1 and 2 clients, each with the lean and the worker's completion and with
-    // the claim in turn, larger after a wait by the worker's default and by twice the batch
-    // (quick: one round), where a pgbench is found; every script drains its table.
+    // pgbench at 1 and 2 clients, each with the lean and the worker's completion, with
+    // the claim in turn, larger after a wait by the worker's default and by twice the batch,
+    // and with the completion that deletes (quick: one round), where a pgbench is found;
+    // every script drains its table.
     let pgbench = if skiplock_bench::pgbench::find().is_some() {
-        8
+        10
     } else {
         0
     };
     assert_eq!(of("throughput-ceiling-pgbench"), pgbench);
+    let deleting: Vec<_> = seen
+        .points
+        .iter()
+        .filter(|p| p["scenario"] == "throughput-ceiling-pgbench")
+        .filter(|p| p["completion"] == "worker-delete")
+        .collect();
+    assert_eq!(deleting.len(), pgbench / 5, "{deleting:?}");
+    // Every job completed (none left in the table), none left running.
+    assert!(
+        deleting
+            .iter()
+            .all(|p| p["left_running"] == 0 && p["jobs"].as_u64() > Some(0)),
+        "{deleting:?}"
+    );
     let in_turn: Vec<_> = seen
         .points
         .iter()
@@ -122,7 +137,7 @@ async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end()
             p["completion"] == "worker-in-turn" || p["completion"] == "worker-in-turn-double"
         })
         .collect();
-    assert_eq!(in_turn.len(), pgbench / 2, "{in_turn:?}");
+    assert_eq!(in_turn.len(), pgbench * 2 / 5, "{in_turn:?}");
     assert!(
         in_turn
             .iter()

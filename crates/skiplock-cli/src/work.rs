@@ -174,6 +174,11 @@ pub struct Args {
     /// other's rows at the queue's front.
     #[arg(long)]
     no_claim_in_turn: bool,
+    /// Delete each job that completes instead of keeping it as done until pruning (a job with
+    /// an output, or in a workflow, is kept; failed jobs are kept). The completion costs the
+    /// database about a third less; the per-minute done counts still count these jobs.
+    #[arg(long)]
+    delete_done: bool,
     /// Use named prepared statements for claims, outcomes and heartbeats (faster; not through
     /// PgBouncer in transaction mode unless it supports them).
     #[arg(long)]
@@ -273,6 +278,9 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     }
     if args.no_claim_in_turn {
         builder = builder.claim_in_turn(false);
+    }
+    if args.delete_done {
+        builder = builder.delete_done(true);
     }
     let worker = builder.build()?;
     // SIGINT/SIGTERM stop a draining worker as they stop a serving one: running jobs get

@@ -124,6 +124,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "key_slots_index",
         sql: include_str!("../migrations/0020_key_slots_index.sql"),
     },
+    Migration {
+        version: 21,
+        name: "done_deleted",
+        sql: include_str!("../migrations/0021_done_deleted.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

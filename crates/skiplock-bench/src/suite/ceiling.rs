@@ -47,7 +47,8 @@ pub(super) fn program() -> std::result::Result<PathBuf, String> {
     })
 }
 
-/// The scripts each client count runs in a round of [`round`].
+/// The scripts whose best is the ceiling: what the worker does with its defaults (it keeps
+/// the jobs it completes), and the leanest completion beside it.
 pub(super) const SHAPES: [Completion; 4] = [
     Completion::Lean,
     Completion::Worker,
@@ -55,20 +56,30 @@ pub(super) const SHAPES: [Completion; 4] = [
     Completion::InTurnDouble,
 ];
 
-/// One round of pgbench runs: every client count with each completion (and the claim in turn
-/// before the worker's), each on a fresh table of `jobs`; adds each rate to `swept` (in the
-/// order of `clients`, lean first).
+/// [`SHAPES`], and the completion that deletes the jobs (a worker with `delete_done`),
+/// measured beside them but never the ceiling.
+pub(super) const SHAPES_AND_DELETING: [Completion; 5] = [
+    Completion::Lean,
+    Completion::Worker,
+    Completion::InTurn,
+    Completion::InTurnDouble,
+    Completion::Deleting,
+];
+
+/// One round of pgbench runs: every client count with each of `shapes`, each on a fresh
+/// table of `jobs`; adds each rate to `swept` (in the order of `clients`, then of `shapes`).
 pub(super) async fn round(
     s: &mut Sitting<'_>,
     program: &std::path::Path,
     jobs: usize,
     batch: u32,
     clients: &[usize],
+    shapes: &[Completion],
     swept: &mut Vec<Swept>,
 ) -> Result<()> {
     let mut i = 0;
     for &c in clients {
-        for completion in SHAPES {
+        for &completion in shapes {
             s.observer.run(&format!(
                 "ceiling, pgbench, {c} clients, {}",
                 completion.label()
@@ -97,9 +108,13 @@ pub(super) async fn round(
     Ok(())
 }
 
-/// The best of `swept` as the sitting's ceiling.
+/// The best of `swept` as the sitting's ceiling (the deleting completion left out: the
+/// worker's default points keep the jobs they complete).
 pub(super) fn best_of(swept: &[Swept], jobs: usize) -> Option<Ceiling> {
-    let best = swept.iter().max_by(|a, b| a.best().total_cmp(&b.best()))?;
+    let best = swept
+        .iter()
+        .filter(|w| w.completion != Completion::Deleting)
+        .max_by(|a, b| a.best().total_cmp(&b.best()))?;
     Some(Ceiling {
         jobs_per_s: best.best(),
         from: format!(

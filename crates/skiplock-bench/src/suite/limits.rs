@@ -120,7 +120,16 @@ Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keye
 async fn measure_ceiling(s: &mut Sitting<'_>, jobs: usize, batch: u32) -> Result<Ceiling> {
     if let Ok(program) = ceiling::program() {
         let mut swept = Vec::new();
-        ceiling::round(s, &program, jobs, batch, &[2, 4], &mut swept).await?;
+        ceiling::round(
+            s,
+            &program,
+            jobs,
+            batch,
+            &[2, 4],
+            &ceiling::SHAPES,
+            &mut swept,
+        )
+        .await?;
         if let Some(c) = ceiling::best_of(&swept, jobs) {
             return Ok(c);
         }

@@ -94,7 +94,7 @@ impl Plan {
 
     fn runs(&self, pgbench: bool) -> usize {
         let ceiling = if pgbench {
-            self.clients.len() * super::ceiling::SHAPES.len()
+            self.clients.len() * super::ceiling::SHAPES_AND_DELETING.len()
         } else {
             0
         };
@@ -127,7 +127,16 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let mut rows: Vec<(ThroughputPoint, Vec<f64>)> = Vec::new();
     for round in 0..plan.rounds {
         if let Ok(program) = &program {
-            ceiling::round(s, program, plan.jobs, batch, &plan.clients, &mut swept).await?;
+            ceiling::round(
+                s,
+                program,
+                plan.jobs,
+                batch,
+                &plan.clients,
+                &ceiling::SHAPES_AND_DELETING,
+                &mut swept,
+            )
+            .await?;
         }
         worker_round(s, &plan, round, &mut rows).await?;
     }
@@ -454,33 +463,35 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
         Ok(swept) => {
             let _ = write!(
                 t,
-                "Ceiling: pgbench (`-M prepared`, a C client) running the worker's own `job_claim.sql` (batches of {batch}, every column computed; the rows are folded into two arrays instead of being sent) followed by a fenced completion of what it claimed, on a fresh table of {} pre-enqueued jobs per run; the best of {rounds} rounds, interleaved with the worker's. The leanest completion is one `UPDATE … FROM unnest(ids, attempts)` guarded by `status = 'running'` and the attempt (`bench_complete_lean.sql`); the worker's is `job_complete_many.sql`, which locks the rows in id order first and answers row by row (in pgbench with its wait for a row a claim holds bounded by 10 s instead of 500 ms: the worker writes such a batch through `job_finish_many.sql` instead, pgbench cannot). The claims in turn claim as the worker does through a backlog, with `job_claim_in_turn.sql` (the same claim behind the queue's advisory lock, so that the clients' claims take turns; one that had to wait for its turn takes up to {waited} instead, as the worker's does by default, or up to {double} in the last column), then complete with `job_complete_many.sql`. pgbench's rates leave connection time out.\n\n| clients | leanest fenced UPDATE jobs/s | the worker's job_complete_many.sql jobs/s | claim in turn + job_complete_many.sql jobs/s | the same, up to {double} after a wait, jobs/s | rows left running |\n|---:|---:|---:|---:|---:|---:|\n",
+                "Ceiling: pgbench (`-M prepared`, a C client) running the worker's own `job_claim.sql` (batches of {batch}, every column computed; the rows are folded into two arrays instead of being sent) followed by a fenced completion of what it claimed, on a fresh table of {} pre-enqueued jobs per run; the best of {rounds} rounds, interleaved with the worker's. The leanest completion is one `UPDATE … FROM unnest(ids, attempts)` guarded by `status = 'running'` and the attempt (`bench_complete_lean.sql`); the worker's is `job_complete_many.sql`, which locks the rows in id order first and answers row by row (in pgbench with its wait for a row a claim holds bounded by 10 s instead of 500 ms: the worker writes such a batch through `job_finish_many.sql` instead, pgbench cannot). The claims in turn claim as the worker does through a backlog, with `job_claim_in_turn.sql` (the same claim behind the queue's advisory lock, so that the clients' claims take turns; one that had to wait for its turn takes up to {waited} instead, as the worker's does by default, or up to {double} in the last column), then complete with `job_complete_many.sql`. The last column is not part of the ceiling: the claim, then `job_complete_delete_many.sql`, the completion of a worker with `delete_done` (the jobs deleted instead of kept as done; the jobs a run completed are those no longer in the table). pgbench's rates leave connection time out.\n\n| clients | leanest fenced UPDATE jobs/s | the worker's job_complete_many.sql jobs/s | claim in turn + job_complete_many.sql jobs/s | the same, up to {double} after a wait, jobs/s | rows left running | completed jobs deleted (job_complete_delete_many.sql) jobs/s |\n|---:|---:|---:|---:|---:|---:|---:|\n",
                 thousands(plan.jobs),
                 waited = thousands(crate::pgbench::waited_batch(batch, crate::pgbench::Completion::InTurn)),
                 double = thousands(crate::pgbench::waited_batch(batch, crate::pgbench::Completion::InTurnDouble)),
             );
             for c in &plan.clients {
                 let at = |k| swept.iter().find(|w| w.clients == *c && w.completion == k);
-                let (lean, worker, in_turn, double) = (
+                let (lean, worker, in_turn, double, deleting) = (
                     at(crate::pgbench::Completion::Lean),
                     at(crate::pgbench::Completion::Worker),
                     at(crate::pgbench::Completion::InTurn),
                     at(crate::pgbench::Completion::InTurnDouble),
+                    at(crate::pgbench::Completion::Deleting),
                 );
                 let rate = |w: Option<&Swept>| {
                     w.map_or_else(|| "–".to_owned(), |w| format!("{:.0}", w.best()))
                 };
-                let left: usize = [lean, worker, in_turn, double]
+                let left: usize = [lean, worker, in_turn, double, deleting]
                     .iter()
                     .map(|w| w.map_or(0, |w| w.left_running))
                     .sum();
                 let _ = writeln!(
                     t,
-                    "| {c} | {} | {} | {} | {} | {left} |",
+                    "| {c} | {} | {} | {} | {} | {left} | {} |",
                     rate(lean),
                     rate(worker),
                     rate(in_turn),
-                    rate(double)
+                    rate(double),
+                    rate(deleting)
                 );
             }
             let _ = writeln!(

@@ -255,9 +255,10 @@ impl Store {
         &self,
         conn: &Object,
         batch: &[Finish],
+        delete_done: bool,
     ) -> Result<Vec<Verdict<Written>>> {
         const OP: &str = "write job outcomes";
-        let raw = complete_many(&***conn, self.cache(conn), &self.sql, batch)
+        let raw = complete_many(&***conn, self.cache(conn), &self.sql, batch, delete_done)
             .await
             .map_err(Error::db(OP))?;
         raw.into_iter().map(|v| written(OP, v)).collect()

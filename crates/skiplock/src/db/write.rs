@@ -168,14 +168,16 @@ pub(super) async fn finish_many<C: GenericClient + Sync>(
     })
 }
 
-/// Completes many jobs (`job_complete_many.sql`: every element's outcome is
-/// [`Outcome::Complete`]); returns one verdict per element of `batch`, in its order, never
-/// busy (the statement waits for a row another session holds).
+/// Completes many jobs (`job_complete_many.sql`, or `job_complete_delete_many.sql` with
+/// `delete_done`: every element's outcome is [`Outcome::Complete`]); returns one verdict per
+/// element of `batch`, in its order, never busy (the statement waits for a row another
+/// session holds).
 pub(super) async fn complete_many<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
     sql: &Sql,
     batch: &[Finish],
+    delete_done: bool,
 ) -> Result<Vec<Verdict<RawWritten>>, PgError> {
     if batch.is_empty() {
         return Ok(Vec::new());
@@ -183,10 +185,15 @@ pub(super) async fn complete_many<C: GenericClient + Sync>(
     let ids: Vec<i64> = batch.iter().map(|f| f.id.0).collect();
     let attempts: Vec<i32> = batch.iter().map(|f| f.attempt).collect();
     let outputs: Vec<Option<&str>> = batch.iter().map(|f| f.output.as_deref()).collect();
+    let statement = if delete_done {
+        &sql.complete_delete_many
+    } else {
+        &sql.complete_many
+    };
     let rows = rows(
         c,
         cache,
-        &sql.complete_many,
+        statement,
         &[
             (&ids, Type::INT8_ARRAY),
             (&attempts, Type::INT4_ARRAY),

@@ -21,7 +21,11 @@ pub struct QueueHealth {
     pub failed: i64,
     /// How long the oldest ready job has waited, in seconds (0 when none is ready).
     pub oldest_ready_age_s: f64,
-    /// Jobs that finished (done or failed) in the last minute.
+    /// Jobs that finished (done or failed) in the last minute. Jobs deleted as they completed
+    /// ([`WorkerConfig::delete_done`](crate::WorkerConfig::delete_done)) are counted by the
+    /// minute they completed in: for them this is an estimate (this minute's, and the share
+    /// of the minute before that lies within the last 60 s, rounded up, so it is not 0 while
+    /// such jobs finished); exact otherwise.
     pub finished_last_minute: i64,
     /// Queued jobs that a worker handed back because it had no handler for their kind, and
     /// that no worker has run since: they wait for a worker that handles their kind (their

@@ -348,7 +348,9 @@ async fn write(
     let store = shared.client.store();
     let written = async {
         if lean {
-            store.job_complete_many(&conn, batch).await
+            store
+                .job_complete_many(&conn, batch, shared.cfg.delete_done)
+                .await
         } else {
             store.job_finish_many(&conn, batch).await
         }
@@ -367,7 +369,9 @@ async fn write(
 
 /// After a failed try, a row found no longer this claim's may be one that the failed try
 /// wrote (committed, its reply lost): each is read back, and counted as written when the
-/// row shows this outcome at this attempt. A row that cannot be read stays lost.
+/// row shows this outcome at this attempt, or, for a success with
+/// [`WorkerConfig::delete_done`](crate::WorkerConfig::delete_done), when the row is gone. A
+/// row that cannot be read stays lost.
 async fn reread(shared: &Shared, rows: &[Finish], verdicts: &mut [Verdict<Written>]) {
     const OP: &str = "read back a job whose outcome's reply was lost";
     for (f, v) in rows.iter().zip(verdicts.iter_mut()) {
@@ -406,6 +410,18 @@ async fn reread(shared: &Shared, rows: &[Finish], verdicts: &mut [Verdict<Writte
                         retry_in_us,
                     });
                 }
+            }
+            Ok(None) if shared.cfg.delete_done && f.is_lean() => {
+                // With delete_done the completion deletes the row: a success whose row is
+                // gone was written by the earlier try (a running job's row cannot be deleted
+                // by `delete`, and a job taken over by another worker would still be there
+                // unless that one completed it too: then it is done either way).
+                tracing::info!(id = %f.id, attempt = f.attempt, "completed job found deleted by an earlier try whose reply was lost");
+                *v = Verdict::Applied(Written {
+                    state: JobState::Done,
+                    run_at: std::time::SystemTime::now(),
+                    retry_in_us: 0,
+                });
             }
             Ok(None) => {}
             Err(e) => {

@@ -105,6 +105,19 @@ pub struct WorkerConfig {
     /// claims of several processes run at once, which may suit a server with many cores and
     /// a queue whose claims are few and large.
     pub claim_in_turn: bool,
+    /// Whether a job that completes is deleted by the statement that completes it instead of
+    /// being kept as `done` until pruning (default false), for queues whose history nobody
+    /// reads. Kept whatever this says: a job whose handler set an output (its result stays
+    /// readable), a job in a workflow (it waits for parents, or other jobs wait for it), a
+    /// job completed in its handler's own transaction, a batch written through the fallback
+    /// statement (a row held past the completion's lock bound), and every job that fails. A
+    /// deleted job leaves no row: `show`, `jobs` and the dashboard's lists no longer find
+    /// it. The same statement counts its deletions per queue and minute (`done_deleted`,
+    /// migration 21), so that the per-minute counts of done jobs stay exact; the worker's
+    /// counters and metrics count them done. A deletion writes no new row version and no
+    /// index entry (docs/OPERATIONS.md, "Completed jobs not kept"). The role needs DELETE on
+    /// `jobs` and the grants on `done_deleted`.
+    pub delete_done: bool,
     /// Whether to LISTEN for wake-ups (default true).
     pub listen: bool,
     /// Pruning of finished jobs by the worker (default: `done` jobs older than 7 days,
@@ -316,6 +329,7 @@ impl Default for WorkerConfig {
             claims_in_flight: None,
             claim_ahead: true,
             claim_in_turn: true,
+            delete_done: false,
             listen: true,
             prune: Some(PruneOptions::default()),
             prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
@@ -457,6 +471,12 @@ impl WorkerBuilder {
     /// See [`WorkerConfig::claim_in_turn`] (default true).
     pub fn claim_in_turn(mut self, yes: bool) -> Self {
         self.cfg.claim_in_turn = yes;
+        self
+    }
+
+    /// See [`WorkerConfig::delete_done`] (default false).
+    pub fn delete_done(mut self, yes: bool) -> Self {
+        self.cfg.delete_done = yes;
         self
     }
 

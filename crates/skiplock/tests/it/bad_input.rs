@@ -112,8 +112,8 @@ async fn bad_jobs_are_refused_and_nothing_changes() {
         .unwrap()
         .get(0);
     assert_eq!(
-        tables, 10,
-        "jobs, schema_migrations, jobs_archive, maintenance_locks, queues, schedules, queue_starts, job_deps, workers, queue_stats"
+        tables, 11,
+        "jobs, schema_migrations, jobs_archive, maintenance_locks, queues, schedules, queue_starts, job_deps, workers, queue_stats, done_deleted"
     );
 }
 

@@ -696,14 +696,21 @@ async fn complete_raw(
     on: &tokio_postgres::Client,
     rows: &[(JobId, i32)],
 ) -> Vec<String> {
+    complete_raw_with(c, on, rows, Statement::CompleteMany).await
+}
+
+/// [`complete_raw`] through `statement` (`CompleteMany` or `CompleteDeleteMany`).
+async fn complete_raw_with(
+    c: &Client,
+    on: &tokio_postgres::Client,
+    rows: &[(JobId, i32)],
+    statement: Statement,
+) -> Vec<String> {
     let ids: Vec<i64> = rows.iter().map(|r| r.0 .0).collect();
     let attempts: Vec<i32> = rows.iter().map(|r| r.1).collect();
     let outputs: Vec<Option<&str>> = rows.iter().map(|_| None).collect();
     let got = on
-        .query(
-            c.statement(Statement::CompleteMany),
-            &[&ids, &attempts, &outputs],
-        )
+        .query(c.statement(statement), &[&ids, &attempts, &outputs])
         .await
         .unwrap();
     by_n(rows.len(), &got)
@@ -714,6 +721,22 @@ async fn complete_raw(
 /// the stale attempt's completion over the running second attempt.
 #[tokio::test]
 async fn the_lean_completion_refuses_stale_cancelled_and_reaped_jobs() {
+    completion_refuses_stale_cancelled_and_reaped_jobs(Statement::CompleteMany).await;
+}
+
+/// The completion that deletes (`job_complete_delete_many.sql`, the worker's with
+/// `delete_done`) has the same guard: a stale, cancelled or reaped job is refused and kept as
+/// it is, a live one deleted; its negative control (the fence left out) deletes the job a
+/// second attempt is running.
+#[tokio::test]
+async fn the_deleting_completion_refuses_stale_cancelled_and_reaped_jobs() {
+    completion_refuses_stale_cancelled_and_reaped_jobs(Statement::CompleteDeleteMany).await;
+}
+
+/// The guard of a completion `statement`; a job it completes ends done, or is gone with
+/// `CompleteDeleteMany`.
+async fn completion_refuses_stale_cancelled_and_reaped_jobs(statement: Statement) {
+    let deletes = statement == Statement::CompleteDeleteMany;
     let b = setup().await;
     let unfenced = Client::builder(b.db.url())
         .schema(b.db.schema())
@@ -733,30 +756,45 @@ async fn the_lean_completion_refuses_stale_cancelled_and_reaped_jobs() {
     let again = claim_one(&b).await;
     assert_eq!((again.id, again.attempt), (stale, 2));
     b.client.cancel(&[cancelled]).await.unwrap();
+    let ended = |id: JobId| {
+        let b = &b;
+        async move {
+            let row = b.client.get(id).await.unwrap();
+            if deletes {
+                assert!(row.is_none(), "job {id} was kept");
+            } else {
+                let row = row.unwrap();
+                assert_eq!(row.state, JobState::Done, "job {id}");
+                return row.attempts;
+            }
+            0
+        }
+    };
 
-    let got = complete_raw(
+    let got = complete_raw_with(
         &b.client,
         &b.raw,
         &[(reaped, 1), (live, 1), (stale, 1), (cancelled, 1)],
+        statement,
     )
     .await;
     assert_eq!(got, ["missing", "written", "missing", "missing"]);
     assert_eq!(state(&b, stale).await, (JobState::Running, 2));
     assert_eq!(state(&b, cancelled).await, (JobState::Failed, 1));
     assert_eq!(state(&b, reaped).await, (JobState::Queued, 1));
-    assert_eq!(state(&b, live).await, (JobState::Done, 1));
+    assert_eq!(ended(live).await, if deletes { 0 } else { 1 });
 
     // The negative control: the same stale write, unfenced, lands.
     assert!(!unfenced
-        .statement(Statement::CompleteMany)
+        .statement(statement)
         .contains("attempts = o.attempt"));
-    let got = complete_raw(&unfenced, &b.raw, &[(stale, 1), (reaped, 1)]).await;
+    let got = complete_raw_with(&unfenced, &b.raw, &[(stale, 1), (reaped, 1)], statement).await;
     assert_eq!(
         got,
         ["written", "missing"],
         "the stale completion was applied"
     );
-    assert_eq!(state(&b, stale).await, (JobState::Done, 2));
+    assert_eq!(ended(stale).await, if deletes { 0 } else { 2 });
 }
 
 /// The lean completion waits for a row another session holds (as a claim whose scan met the

@@ -7,6 +7,7 @@ mod api;
 mod bad_input;
 mod claim;
 mod connection;
+mod delete_done;
 mod enqueue;
 mod fencing;
 mod lifecycle;

@@ -280,7 +280,10 @@ async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
     let oid = |name: &'static str| index_oid(&conn, &s, name);
     let built = oid("jobs_slots_v20_idx").await.unwrap();
     let report = client.migrate().await.unwrap();
-    assert_eq!(report.applied, vec![(20, "key_slots_index")]);
+    assert_eq!(
+        report.applied,
+        vec![(20, "key_slots_index"), (21, "done_deleted")]
+    );
     assert_eq!(
         oid("jobs_slots_idx").await,
         Some(built),

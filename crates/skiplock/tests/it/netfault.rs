@@ -80,6 +80,45 @@ async fn a_lost_reply_to_a_committed_completion_is_read_back_and_counted_once() 
     assert_eq!((row.state, row.attempts), (JobState::Done, 1));
 }
 
+/// The same lost reply with `delete_done`: the committed completion deleted the row, so the
+/// read-back finds none; the job is counted done once, not lost, and its deletion once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_to_a_committed_deletion_is_counted_done_once() {
+    let b = setup().await;
+    let (proxy, client) = through_proxy(&b, "netfault-reply-delete", false).await;
+    assert!(b
+        .client
+        .statement(Statement::CompleteDeleteMany)
+        .contains(std::str::from_utf8(finish_marker(&b)).unwrap()));
+    let id = b.client.enqueue(&NewJob::new("k", &1)).await.unwrap();
+    proxy.swallow_reply_after(finish_marker(&b), Duration::from_millis(300));
+    let worker = Worker::builder(
+        client,
+        Registry::new().register_handler("k", JobOptions::default(), noop()),
+    )
+    .queue("default", 1)
+    .poll_interval(Some(Duration::from_millis(200)))
+    .delete_done(true)
+    .build()
+    .unwrap();
+    let mut events = worker.subscribe();
+    let (stop, handle) = spawn_worker(worker);
+    let end = finished(&mut events, Duration::from_secs(20), id).await;
+    stop.send(()).unwrap();
+    let stats = handle.await.unwrap();
+    assert_eq!(proxy.swallowed(), 1, "the reply loss never fired");
+    assert_eq!(end, JobEnd::Done);
+    assert_eq!((stats.done, stats.lost, stats.claimed), (1, 0, 1));
+    assert!(b.client.get(id).await.unwrap().is_none());
+    let counted: i64 = b
+        .raw
+        .query_one("SELECT coalesce(sum(n), 0)::int8 FROM done_deleted", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(counted, 1);
+}
+
 /// Every open connection of a worker goes half-open (black-holed both ways: no reply, no RST)
 /// while its job runs past the lease: the heartbeat abandons its statement after half the
 /// heartbeat interval, closes the dead connections and renews on a new one, so the lease

@@ -127,19 +127,21 @@ async fn outcome_batches_stay_linear_with_stale_statistics() {
 #[tokio::test]
 async fn completion_batches_stay_linear_with_stale_statistics() {
     let (mut b, ids, attempts) = stale_statistics().await;
-    let sql = b.client.statement(Statement::CompleteMany).to_owned();
-    for batch in [1_000, N] {
-        let ids = ids[..batch].to_vec();
-        let attempts = attempts[..batch].to_vec();
-        let outputs = vec![None::<&str>; batch];
-        assert_linear(
-            &mut b,
-            "job_complete_many.sql",
-            &sql,
-            &[&ids, &attempts, &outputs],
-            batch,
-        )
-        .await;
+    // The worker's completion, and the one that deletes (WorkerConfig::delete_done).
+    for (name, statement) in [
+        ("job_complete_many.sql", Statement::CompleteMany),
+        (
+            "job_complete_delete_many.sql",
+            Statement::CompleteDeleteMany,
+        ),
+    ] {
+        let sql = b.client.statement(statement).to_owned();
+        for batch in [1_000, N] {
+            let ids = ids[..batch].to_vec();
+            let attempts = attempts[..batch].to_vec();
+            let outputs = vec![None::<&str>; batch];
+            assert_linear(&mut b, name, &sql, &[&ids, &attempts, &outputs], batch).await;
+        }
     }
 }
 

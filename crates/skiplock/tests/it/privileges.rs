@@ -13,7 +13,7 @@ fn grants(schema: &str, role: &str) -> String {
         "GRANT USAGE ON SCHEMA {schema} TO {role};
          GRANT SELECT, INSERT, UPDATE, DELETE
            ON {schema}.jobs, {schema}.jobs_archive, {schema}.maintenance_locks,
-              {schema}.queues TO {role};
+              {schema}.queues, {schema}.schedules, {schema}.done_deleted TO {role};
          GRANT SELECT ON {schema}.schema_migrations TO {role};"
     )
 }
@@ -71,6 +71,32 @@ async fn a_least_privilege_role_can_enqueue_work_and_prune_but_not_create_the_sc
         .unwrap()
         .unwrap();
     assert_eq!(stats.done, 4, "{stats:?}");
+
+    // A worker that deletes what it completes (delete_done), and the health report that
+    // counts those jobs.
+    client
+        .enqueue_many(&[NewJob::new("k", &6), NewJob::new("k", &7)])
+        .await
+        .unwrap();
+    let registry = Registry::new().register_handler(
+        "k",
+        JobOptions::default(),
+        |_p: String, _ctx: JobContext| async { Ok::<(), JobError>(()) },
+    );
+    let worker = Worker::builder(client.clone(), registry)
+        .queue("default", 4)
+        .delete_done(true)
+        .build()
+        .unwrap();
+    let stats = tokio::time::timeout(Duration::from_secs(30), worker.run_until_idle())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((stats.done, stats.lost), (2, 0), "{stats:?}");
+    let health = client.health(Duration::from_secs(60)).await.unwrap();
+    let q = health.queues.iter().find(|q| q.queue == "default").unwrap();
+    assert!(q.finished_last_minute >= 6, "{q:?}");
+    assert_eq!(q.done, 4, "{q:?}");
 
     // Prune, deleting and archiving.
     let age = "UPDATE jobs SET finished_at = now() - interval '8 days' WHERE id IN \
