@@ -415,7 +415,9 @@ async fn reread(shared: &Shared, rows: &[Finish], verdicts: &mut [Verdict<Writte
                 // With delete_done the completion deletes the row: a success whose row is
                 // gone was written by the earlier try (a running job's row cannot be deleted
                 // by `delete`, and a job taken over by another worker would still be there
-                // unless that one completed it too: then it is done either way).
+                // unless that one completed it too: then it is done either way). The one
+                // case counted wrongly: an operator cancelled the job and deleted it in the
+                // moment between the lost reply and this read.
                 tracing::info!(id = %f.id, attempt = f.attempt, "completed job found deleted by an earlier try whose reply was lost");
                 *v = Verdict::Applied(Written {
                     state: JobState::Done,

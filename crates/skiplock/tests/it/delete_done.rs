@@ -227,3 +227,35 @@ async fn the_rollup_counts_deleted_jobs_as_done() {
         .get(0);
     assert_eq!(old, 0, "counts older than 25 hours are deleted");
 }
+
+/// A deleted member of a sequence hands the turn to the next one, as a completed one does
+/// (the table's delete trigger): every member runs, one after another, and none is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sequence_member_releases_the_next() {
+    let b = setup().await;
+    let ids = b
+        .client
+        .enqueue_many(&(0..5).map(|_| plain().sequence("s")).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let mut done = 0;
+    for i in 0..20 {
+        let worker = Worker::builder(client(&b, &format!("seq-{i}")), registry())
+            .queue("default", 4)
+            .delete_done(true)
+            .build()
+            .unwrap();
+        done += worker.run_until_idle().await.unwrap().done;
+        if done >= 5 {
+            break;
+        }
+    }
+    assert_eq!(done, 5);
+    for id in &ids {
+        assert!(
+            b.client.get(*id).await.unwrap().is_none(),
+            "job {id} was kept"
+        );
+    }
+    assert_eq!(deleted_counted(&b).await, 5);
+}
