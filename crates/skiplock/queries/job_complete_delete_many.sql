@@ -14,8 +14,9 @@
 -- jobs wait for it, `has_children`), whose row the workflow's triggers and readers use. A
 -- deletion writes no new row version and no index entry: in pgbench the claim followed by
 -- this statement did 1.29x the jobs per second of the claim followed by
--- job_complete_many.sql (docs/BENCHMARKS.md, the throughput table's last column). A deleted member of a
--- sequence releases the next one as a completed one does (the table's delete trigger).
+-- job_complete_many.sql (docs/BENCHMARKS.md, the throughput table's last column). A
+-- deleted member of a sequence releases the next one as a completed one does (the table's
+-- delete trigger).
 --
 -- The per-minute count of done jobs (queue_stats, written by the gauges' rollup from the
 -- table) cannot see a deleted row: the deletions are counted here, in the same transaction,
