@@ -129,6 +129,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "done_deleted",
         sql: include_str!("../migrations/0021_done_deleted.sql"),
     },
+    Migration {
+        version: 22,
+        name: "names_checked_when_written",
+        sql: include_str!("../migrations/0022_names_checked_when_written.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

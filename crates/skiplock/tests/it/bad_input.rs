@@ -407,19 +407,86 @@ async fn name_checks_accept_exactly_the_documented_names() {
             );
         }
     }
-    // An UPDATE is checked too (claims and completions run the checks on every row they
-    // write, which is why their cost matters).
+    // An UPDATE that sets a job's name is checked too, whichever name it sets.
     b.raw
         .execute("INSERT INTO jobs (queue, payload) VALUES ('q', '{}')", &[])
         .await
         .unwrap();
+    for (set, constraint) in [
+        ("queue = 'q q'", "jobs_queue_check"),
+        ("kind = 'k k'", "jobs_kind_check"),
+        ("key = 'a b'", "jobs_key_check"),
+        ("sequence = 'a b'", "jobs_sequence_check"),
+        ("status = 'running', queue = ''", "jobs_queue_check"),
+    ] {
+        let err = b
+            .raw
+            .execute(&format!("UPDATE jobs SET {set}"), &[])
+            .await
+            .unwrap_err();
+        let db = err.as_db_error().expect("a database error");
+        assert_eq!(
+            (db.code(), db.constraint()),
+            (
+                &tokio_postgres::error::SqlState::CHECK_VIOLATION,
+                Some(constraint)
+            ),
+            "{set}: {db}"
+        );
+        assert_eq!(
+            db.message(),
+            format!("new row for relation \"jobs\" violates check constraint \"{constraint}\"")
+        );
+    }
+}
+
+/// A job's names are checked where they are written, not by every UPDATE of its row
+/// (migration 22): a claim and a completion, which set no name, do not run the name checks
+/// (PostgreSQL runs every CHECK constraint of a table on every UPDATE, which is why they are
+/// a trigger's condition now). Shown with a row whose key the checks would refuse, written
+/// with the check switched off: the worker claims and completes it, and an UPDATE that sets
+/// the key, even to the same value, is still refused. With the checks on every UPDATE, the
+/// claim fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_and_completions_do_not_check_names_they_do_not_write() {
+    let b = setup().await;
+    b.raw
+        .batch_execute(
+            "ALTER TABLE jobs DISABLE TRIGGER jobs_names_check;
+             INSERT INTO jobs (kind, key, payload) VALUES ('k', 'a b', '{}');
+             ALTER TABLE jobs ENABLE TRIGGER jobs_names_check;",
+        )
+        .await
+        .unwrap();
+    let registry = skiplock::Registry::new().register_handler(
+        "k",
+        skiplock::JobOptions::default(),
+        |_: String, _: skiplock::JobContext| async { Ok::<(), skiplock::JobError>(()) },
+    );
+    let worker = skiplock::Worker::builder(crate::worker::client(&b, "names"), registry)
+        .queue("default", 1)
+        .build()
+        .unwrap();
+    // A claim refused by a check fails again at every poll: bounded, so that it fails the test.
+    let stats = tokio::time::timeout(Duration::from_secs(30), worker.run_until_idle())
+        .await
+        .expect("the worker did not finish its one job in 30 s: its claim was refused")
+        .unwrap();
+    assert_eq!((stats.done, stats.failed, stats.lost), (1, 0, 0));
+    let state: String = b
+        .raw
+        .query_one("SELECT status FROM jobs WHERE key = 'a b'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "done");
     let err = b
         .raw
-        .execute("UPDATE jobs SET queue = 'q q'", &[])
+        .execute("UPDATE jobs SET key = key", &[])
         .await
         .unwrap_err();
     assert_eq!(
         err.as_db_error().and_then(|d| d.constraint()),
-        Some("jobs_queue_check")
+        Some("jobs_key_check")
     );
 }

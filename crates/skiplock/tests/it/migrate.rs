@@ -282,7 +282,11 @@ async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
     let report = client.migrate().await.unwrap();
     assert_eq!(
         report.applied,
-        vec![(20, "key_slots_index"), (21, "done_deleted")]
+        vec![
+            (20, "key_slots_index"),
+            (21, "done_deleted"),
+            (22, "names_checked_when_written")
+        ]
     );
     assert_eq!(
         oid("jobs_slots_idx").await,
