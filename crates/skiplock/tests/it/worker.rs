@@ -913,7 +913,8 @@ async fn an_idle_worker_with_polling_off_sends_nothing() {
                 (
                     r.get::<_, i32>(0),
                     r.get::<_, String>(1),
-                    r.get::<_, String>(2),
+                    // NULL for a connection that has not reported its state yet.
+                    r.get::<_, Option<String>>(2),
                 )
             })
             .collect::<Vec<_>>()
