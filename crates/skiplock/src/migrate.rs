@@ -134,6 +134,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "names_checked_when_written",
         sql: include_str!("../migrations/0022_names_checked_when_written.sql"),
     },
+    Migration {
+        version: 23,
+        name: "claim_update_by_primary_key",
+        sql: include_str!("../migrations/0023_claim_update_by_primary_key.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

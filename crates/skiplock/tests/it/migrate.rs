@@ -285,7 +285,8 @@ async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
         vec![
             (20, "key_slots_index"),
             (21, "done_deleted"),
-            (22, "names_checked_when_written")
+            (22, "names_checked_when_written"),
+            (23, "claim_update_by_primary_key")
         ]
     );
     assert_eq!(

@@ -240,6 +240,67 @@ async fn claim_reap_and_prune_stay_linear_with_stale_statistics() {
     }
 }
 
+/// The claim's UPDATE reaches the rows its scan locked through the primary key, whatever the
+/// batch beside the table and whether the plan is custom or generic (named prepared
+/// statements): never a scan of the whole table. Joined to the locked rows instead, a batch
+/// that is large beside the table (here 2,000 and 4,000 of 4,000 jobs; in the worker, a
+/// claim in turn that waited takes 2,000) or a generic plan, which guesses the LIMIT, got a
+/// hash join over a sequential scan of `jobs`: every claim read every row (migration 23).
+#[tokio::test]
+async fn the_claim_reaches_its_rows_by_primary_key_whatever_the_batch() {
+    let (mut b, _, _) = stale_statistics().await;
+    b.raw
+        .batch_execute("UPDATE jobs SET status = 'queued', locked_until = NULL")
+        .await
+        .unwrap();
+    let claim = b.client.statement(Statement::Claim).to_owned();
+    let lease = 300_000_000i64;
+    for mode in ["auto", "force_generic_plan"] {
+        for batch in [500i64, 2_000, N as i64] {
+            let tx = b.raw.transaction().await.unwrap();
+            tx.batch_execute(&format!("SET LOCAL plan_cache_mode = {mode}"))
+                .await
+                .unwrap();
+            let rows = tx
+                .query(
+                    &format!("EXPLAIN (ANALYZE, FORMAT JSON) {claim}"),
+                    &[&"default", &batch, &lease, &FRONT.0, &FRONT.1, &FRONT.2],
+                )
+                .await
+                .unwrap();
+            tx.rollback().await.unwrap();
+            let plan: Value = rows[0].get(0);
+            let mut all = Vec::new();
+            nodes(&plan[0]["Plan"], false, &mut all);
+            let on_jobs: Vec<String> = all
+                .iter()
+                .filter(|(n, _)| n["Relation Name"] == "jobs")
+                .map(|(n, _)| {
+                    format!(
+                        "{} {}",
+                        n["Node Type"].as_str().unwrap_or("?"),
+                        n["Index Name"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            let pretty = serde_json::to_string_pretty(&plan).unwrap();
+            assert!(
+                !on_jobs.iter().any(|n| n.starts_with("Seq Scan")),
+                "{mode}, batch {batch}: a scan of the whole table: {on_jobs:?}\n{pretty}"
+            );
+            assert!(
+                on_jobs.iter().any(|n| n == "ModifyTable ")
+                    && on_jobs.iter().any(|n| n == "Index Scan jobs_pkey"),
+                "{mode}, batch {batch}: the UPDATE does not probe the primary key: {on_jobs:?}\n{pretty}"
+            );
+            assert!(
+                !all.iter().any(|(n, _)| n["Node Type"] == "Hash Join"),
+                "{mode}, batch {batch}: a hash join\n{pretty}"
+            );
+        }
+    }
+}
+
 /// Runs `EXPLAIN (<options>, FORMAT JSON) sql` in a transaction that is rolled back and
 /// returns the top plan node.
 async fn explain(
