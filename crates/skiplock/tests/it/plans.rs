@@ -243,9 +243,10 @@ async fn claim_reap_and_prune_stay_linear_with_stale_statistics() {
 /// The claim's UPDATE reaches the rows its scan locked through the primary key, whatever the
 /// batch beside the table and whether the plan is custom or generic (named prepared
 /// statements): never a scan of the whole table. Joined to the locked rows instead, a batch
-/// that is large beside the table (here 2,000 and 4,000 of 4,000 jobs; in the worker, a
-/// claim in turn that waited takes 2,000) or a generic plan, which guesses the LIMIT, got a
-/// hash join over a sequential scan of `jobs`: every claim read every row (migration 23).
+/// that is large beside the table (here each of 500, 2,000 and 4,000 of 4,000 jobs; in the
+/// worker, a claim in turn of 2,000 after a wait on 100,000) or a generic plan, which guesses
+/// the LIMIT, got a hash join over a sequential scan of `jobs`: every claim read every row
+/// (migration 23).
 #[tokio::test]
 async fn the_claim_reaches_its_rows_by_primary_key_whatever_the_batch() {
     let (mut b, _, _) = stale_statistics().await;
