@@ -13,7 +13,7 @@ use crate::support::{listen, setup, Bundle};
 use crate::worker::{client, eventually, spawn_worker};
 
 /// How many stripes of `queue`'s waiters some session holds (out of eight).
-async fn stripes_held(b: &Bundle, queue: &str) -> i64 {
+pub(crate) async fn stripes_held(b: &Bundle, queue: &str) -> i64 {
     let sql = b.client.schema().render(
         "SELECT count(*) FROM pg_locks l
          JOIN generate_series(0, {schema}.jobs_waiting_stripes() - 1) AS s

@@ -1021,11 +1021,17 @@ async fn with_the_poll_off_a_worker_reaps_at_start_and_when_a_lease_it_read_ends
     handle.await.unwrap();
 
     // A lease that ends while the worker is idle. Its insert wakes the worker once (a round
-    // on the interval then reads the lease); after that nothing is sent to the worker.
+    // on the interval then reads the lease); after that nothing is sent to the worker. The
+    // insert notifies only once the worker waits on its queue (all eight stripes, migration
+    // 15), which comes after its LISTEN connection is up.
     let w = worker(Duration::from_millis(500));
     let mut events = w.subscribe();
     let (stop, handle) = spawn_worker(w);
     listening(&mut events, Duration::from_secs(10)).await;
+    eventually(Duration::from_secs(10), "the worker waiting", || async {
+        crate::wakeups::stripes_held(&b, "default").await == 8
+    })
+    .await;
     let orphan = dead_workers_job(&b, 3_000).await;
     assert_eq!(
         finished(&mut events, Duration::from_secs(15), orphan).await,
