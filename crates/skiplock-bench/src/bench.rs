@@ -285,6 +285,9 @@ pub struct ThroughputPoint {
     pub claims_in_flight: usize,
     /// From start to the last outcome written.
     pub jobs_per_s: f64,
+    /// The CPU of the run: the worker's (this process's) and the machine's (`None` where
+    /// it cannot be read).
+    pub cpu: Option<crate::cpu::CpuSplit>,
 }
 
 /// `jobs` no-op jobs, enqueued and analyzed beforehand, through one worker set up as `setup`
@@ -311,9 +314,11 @@ pub async fn throughput(
         .queue(QUEUE, setup.concurrency)
         .config(cfg.clone())
         .build()?;
+    let cpu_before = crate::cpu::Sample::now();
     let started = Instant::now();
     let stats = worker.run_until_idle().await?;
     let secs = started.elapsed().as_secs_f64();
+    let cpu = cpu_before.and_then(|b| crate::cpu::Sample::now()?.since(&b));
     s.drop_now().await?;
     Ok(ThroughputPoint {
         jobs,
@@ -326,6 +331,7 @@ pub async fn throughput(
             cfg.claims_in_flight_for(setup.concurrency)
         },
         jobs_per_s: stats.done as f64 / secs.max(1e-9),
+        cpu,
     })
 }
 

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod cpu;
 mod db;
 mod error;
 pub mod lab;

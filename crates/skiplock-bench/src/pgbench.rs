@@ -92,6 +92,9 @@ pub struct PgbenchPoint {
     pub left_running: usize,
     /// Jobs done per second, by pgbench's own clock (connection time excluded).
     pub jobs_per_s: f64,
+    /// The CPU of the run: pgbench's (a child of this process) and the machine's (`None`
+    /// where it cannot be read).
+    pub cpu: Option<crate::cpu::CpuSplit>,
 }
 
 /// The `pgbench` to run: [`PGBENCH_ENV`], else the one beside the PostgreSQL server binaries
@@ -298,10 +301,12 @@ pub async fn ceiling(
         .arg(&file)
         .arg(url);
     let what = format!("pgbench ({})", pgbench.display());
+    let cpu_before = crate::cpu::Sample::now();
     let out = tokio::task::spawn_blocking(move || cmd.output())
         .await
         .map_err(Error::task("pgbench"))?
         .map_err(Error::process(format!("cannot start {what}")));
+    let cpu = cpu_before.and_then(|b| crate::cpu::Sample::now()?.since(&b));
     let _ = std::fs::remove_file(&file);
     let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -341,6 +346,7 @@ pub async fn ceiling(
         jobs: done,
         left_running: running,
         jobs_per_s: tps * done as f64 / transactions,
+        cpu,
     })
 }
 

@@ -87,6 +87,9 @@ async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end()
             !md.contains("PostgreSQL unknown"),
             "the server was asked: {md}"
         );
+        if asked == Scenario::Throughput {
+            assert!(md.contains("| CPU per job: worker of machine |"), "{md}");
+        }
     }
     assert_eq!(
         seen.sections[0].title,
@@ -144,6 +147,29 @@ async fn the_throughput_and_enqueue_scenarios_report_as_they_go_and_at_the_end()
             .all(|p| p["left_running"] == 0 && p["jobs_per_s"].as_f64() > Some(0.0)),
         "{in_turn:?}"
     );
+    // Where /proc can be read, each worker run and each pgbench run carries its CPU: the
+    // worker's own (this process) or pgbench's (its child), and the machine's.
+    if skiplock_bench::cpu::Sample::now().is_some() {
+        let runs: Vec<_> = seen
+            .points
+            .iter()
+            .filter(|p| {
+                p["scenario"] == "throughput-run" || p["scenario"] == "throughput-ceiling-pgbench"
+            })
+            .collect();
+        assert!(!runs.is_empty());
+        for p in runs {
+            let busy = p["machine_busy_share"].as_f64().unwrap_or(-1.0);
+            assert!((0.0..=1.0).contains(&busy), "{p}");
+            assert!(p["cpu_machine_busy_s"].as_f64() >= Some(0.0), "{p}");
+            let client = if p["scenario"] == "throughput-run" {
+                &p["cpu_own_s"]
+            } else {
+                &p["cpu_client_s"]
+            };
+            assert!(client.as_f64() >= Some(0.0), "{p}");
+        }
+    }
     // Two worker points, one round: each run, then each point's best.
     assert_eq!(of("throughput-run"), 2);
     assert_eq!(of("throughput"), 2);

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use super::sitting::Sitting;
+use crate::cpu::CpuSplit;
 use crate::error::Result;
 use crate::pgbench::{self, Completion, PgbenchPoint};
 
@@ -20,6 +21,9 @@ pub(super) struct Ceiling {
     pub(super) pgbench: bool,
     /// The jobs per run it was measured with.
     pub(super) jobs: usize,
+    /// The CPU of the run that set it (pgbench's share in [`CpuSplit::children_share`]);
+    /// `None` for the Rust loops, or where it cannot be read.
+    pub(super) cpu: Option<CpuSplit>,
 }
 
 /// One client count and completion, with its rate in each round.
@@ -28,12 +32,25 @@ pub(super) struct Swept {
     pub(super) clients: usize,
     pub(super) completion: Completion,
     pub(super) rates: Vec<f64>,
+    /// The CPU of each run, beside its rate.
+    pub(super) cpu: Vec<Option<CpuSplit>>,
     pub(super) left_running: usize,
 }
 
 impl Swept {
     pub(super) fn best(&self) -> f64 {
         self.rates.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// The CPU of the best run.
+    pub(super) fn best_cpu(&self) -> Option<CpuSplit> {
+        let best = self
+            .rates
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))?
+            .0;
+        self.cpu.get(best).copied().flatten()
     }
 }
 
@@ -91,16 +108,21 @@ pub(super) async fn round(
                 "scenario": "throughput-ceiling-pgbench", "jobs": p.jobs, "clients": c,
                 "completion": completion.name(), "batch": p.batch,
                 "left_running": p.left_running, "jobs_per_s": p.jobs_per_s,
+                "cpu_client_s": p.cpu.map(|c| c.children_s),
+                "cpu_machine_busy_s": p.cpu.map(|c| c.machine_busy_s),
+                "machine_busy_share": p.cpu.map(|c| c.machine_busy_share),
             }));
             if swept.len() <= i {
                 swept.push(Swept {
                     clients: c,
                     completion,
                     rates: Vec::new(),
+                    cpu: Vec::new(),
                     left_running: 0,
                 });
             }
             swept[i].rates.push(p.jobs_per_s);
+            swept[i].cpu.push(p.cpu);
             swept[i].left_running = swept[i].left_running.max(p.left_running);
             i += 1;
         }
@@ -124,5 +146,6 @@ pub(super) fn best_of(swept: &[Swept], jobs: usize) -> Option<Ceiling> {
         ),
         pgbench: true,
         jobs,
+        cpu: best.best_cpu(),
     })
 }

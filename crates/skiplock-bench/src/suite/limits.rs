@@ -153,5 +153,6 @@ async fn measure_ceiling(s: &mut Sitting<'_>, jobs: usize, batch: u32) -> Result
         from: "the best Rust loop (pgbench not found)".to_owned(),
         pgbench: false,
         jobs,
+        cpu: None,
     })
 }

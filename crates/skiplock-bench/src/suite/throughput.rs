@@ -13,6 +13,7 @@ use super::options::{Options, Scenario};
 use super::report::{thousands, Section};
 use super::sitting::Sitting;
 use crate::bench::{self, CeilingPoint, ThroughputPoint, WorkerSetup as W};
+use crate::cpu::CpuSplit;
 use crate::error::Result;
 
 /// Refuses a worker setting of 0.
@@ -146,6 +147,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
         from: "the best Rust loop (pgbench not found)".to_owned(),
         pgbench: false,
         jobs: plan.jobs,
+        cpu: None,
     });
     for (p, _) in &rows {
         s.point(serde_json::json!({
@@ -234,6 +236,9 @@ async fn worker_round(
             "scenario": "throughput-run", "jobs": p.jobs, "concurrency": w.concurrency,
             "batch": p.batch, "claims_in_flight": p.claims_in_flight,
             "defaults": w.is_default(), "prepared": w.prepared, "jobs_per_s": p.jobs_per_s,
+            "cpu_own_s": p.cpu.map(|c| c.own_s),
+            "cpu_machine_busy_s": p.cpu.map(|c| c.machine_busy_s),
+            "machine_busy_share": p.cpu.map(|c| c.machine_busy_share),
         }));
         match rows.get_mut(i) {
             Some((best, rates)) => {
@@ -499,6 +504,13 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
                 "\nCeiling: **{ceiling:.0} jobs/s** ({}).",
                 runs.ceiling.from
             );
+            if let Some(c) = runs.ceiling.cpu {
+                let _ = writeln!(
+                    t,
+                    "\nIn that run, CPU per job: pgbench's client {}.",
+                    cpu_cell(Some((c.children_s, c)), runs.ceiling.jobs)
+                );
+            }
         }
         Err(why) => {
             let _ = writeln!(
@@ -522,21 +534,25 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
     }
     let _ = write!(
         t,
-        "\nWorker points, the best of {rounds} runs each, as a share of the ceiling; each round (after that round's ceiling runs) starts further along the list below than the one before, by the number of points over the number of rounds, so that no point always runs in the same place in its round. A worker's rate is the wall time of its whole run: the worker's start, its connections, and the detection that the queue is drained are included.\n\n| concurrency | settings | batch | claims in flight | runs (jobs/s) | best jobs/s | of the ceiling |\n|---:|---|---:|---:|---|---:|---:|\n"
+        "\nWorker points, the best of {rounds} runs each, as a share of the ceiling; each round (after that round's ceiling runs) starts further along the list below than the one before, by the number of points over the number of rounds, so that no point always runs in the same place in its round. A worker's rate is the wall time of its whole run: the worker's start, its connections, and the detection that the queue is drained are included. The CPU column is the best run's: the worker's own CPU per job (this process: the worker runs in it) of the machine's busy CPU per job (all cores, the server's included), its share, and how busy the machine's cores were.\n\n| concurrency | settings | batch | claims in flight | runs (jobs/s) | best jobs/s | of the ceiling | CPU per job: worker of machine |\n|---:|---|---:|---:|---|---:|---:|---|\n"
     );
     for (p, rates) in &runs.rows {
         let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {:.0} | {:.0}% |",
+            "| {} | {} | {} | {} | {} | {:.0} | {:.0}% | {} |",
             p.setup.concurrency,
             describe(p),
             p.batch,
             p.claims_in_flight,
             all.join(", "),
             p.jobs_per_s,
-            p.jobs_per_s / ceiling * 100.0
+            p.jobs_per_s / ceiling * 100.0,
+            cpu_cell(p.cpu.map(|c| (c.own_s, c)), p.jobs)
         );
+    }
+    if let Some(b) = cpu_split(runs) {
+        t.push_str(&b);
     }
     let frozen_concurrency = plan.frozen_concurrency;
     if !runs.frozen.is_empty() {
@@ -552,6 +568,56 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
         }
     }
     t
+}
+
+/// `part` (a client's CPU seconds) of the machine's busy CPU in a run of `jobs`, per job:
+/// `6.5 of 45.1 µs (14%), cores 91% busy`; a dash where the CPU could not be read.
+fn cpu_cell(cpu: Option<(f64, CpuSplit)>, jobs: usize) -> String {
+    let Some((part, c)) = cpu else {
+        return "–".to_owned();
+    };
+    let per_job = |s: f64| s * 1e6 / jobs.max(1) as f64;
+    format!(
+        "{:.1} of {:.1} µs ({:.0}%), cores {:.0}% busy",
+        per_job(part),
+        per_job(c.machine_busy_s),
+        part / c.machine_busy_s.max(1e-9) * 100.0,
+        c.machine_busy_share * 100.0
+    )
+}
+
+/// Where the worker's share of the ceiling comes from, for the fastest default point at
+/// concurrency 100 or more: a rate is the cores' busy time over the CPU each job takes, so
+/// the share is how busy each run kept the cores times the CPU per job of the ceiling's run
+/// over the worker's (the server's included), and of the worker's CPU per job, some is its
+/// own. `None` without the CPU of both runs.
+fn cpu_split(runs: &Runs) -> Option<String> {
+    let c = runs.ceiling.cpu?;
+    let (p, _) = runs
+        .rows
+        .iter()
+        .filter(|(p, _)| p.setup.is_default() && p.setup.concurrency >= 100)
+        .max_by(|a, b| a.0.jobs_per_s.total_cmp(&b.0.jobs_per_s))?;
+    let w = p.cpu?;
+    let per_job = |s: f64, jobs: usize| s * 1e6 / jobs.max(1) as f64;
+    let (w_job, c_job) = (
+        per_job(w.machine_busy_s, p.jobs),
+        per_job(c.machine_busy_s, runs.ceiling.jobs),
+    );
+    Some(format!(
+        "\nWhere the worker's share of the ceiling comes from, at concurrency {} (defaults, the fastest default point at 100 or more, its best run): a rate is the cores' busy time over the CPU each job takes, so the share is the product of how busy the cores were ({:.0}% against the ceiling's run's {:.0}%: ×{:.2}) and of the CPU per job, the server's included ({:.1} µs against {:.1}: ×{:.2}). Of the worker's CPU per job, {:.1} µs ({:.0}%) was the worker's own; pgbench's client took {:.1} µs ({:.0}%).\n",
+        p.setup.concurrency,
+        w.machine_busy_share * 100.0,
+        c.machine_busy_share * 100.0,
+        w.machine_busy_share / c.machine_busy_share.max(1e-9),
+        w_job,
+        c_job,
+        c_job / w_job.max(1e-9),
+        per_job(w.own_s, p.jobs),
+        w.own_share() * 100.0,
+        per_job(c.children_s, runs.ceiling.jobs),
+        c.children_share() * 100.0,
+    ))
 }
 
 /// How a Rust-loop ceiling point ran, for its table row.
@@ -579,6 +645,7 @@ mod tests {
             batch: batch.unwrap_or(500),
             claims_in_flight: 1,
             jobs_per_s: best,
+            cpu: None,
         };
         (point, runs.to_vec())
     }
@@ -628,5 +695,66 @@ mod tests {
             row(400, Some(1000), &[60_000.0, 61_000.0, 62_900.0]),
         ];
         assert_eq!(consistently_slower(&rows), "none");
+    }
+
+    fn split(own_s: f64, children_s: f64, machine_busy_s: f64) -> CpuSplit {
+        CpuSplit {
+            machine_busy_s,
+            machine_busy_share: 0.9,
+            own_s,
+            children_s,
+        }
+    }
+
+    #[test]
+    fn the_cpu_split_of_the_fastest_default_point_at_100_or_more_is_set_beside_pgbench() {
+        let with_cpu = |concurrency, batch, rate: f64, own_s, busy_s| {
+            let (mut p, rates) = row(concurrency, batch, &[rate]);
+            p.cpu = Some(split(own_s, 0.0, busy_s));
+            (p, rates)
+        };
+        let mut runs = Runs {
+            swept: Ok(Vec::new()),
+            loops: Vec::new(),
+            ceiling: Ceiling {
+                jobs_per_s: 50_000.0,
+                from: "pgbench".to_owned(),
+                pgbench: true,
+                jobs: 100,
+                // 40 µs a job, pgbench's client 2 of them.
+                cpu: Some(split(0.0, 0.0002, 0.004)),
+            },
+            rows: vec![
+                // Faster, but below 100 or not the defaults: never the one compared.
+                with_cpu(10, None, 48_000.0, 0.0001, 0.001),
+                with_cpu(400, Some(1000), 49_000.0, 0.0001, 0.001),
+                // The fastest default point at 100 or more: 50 µs a job, 6 its own.
+                with_cpu(200, None, 40_000.0, 0.0006, 0.005),
+                with_cpu(100, None, 39_000.0, 0.0001, 0.001),
+            ],
+            frozen: Vec::new(),
+        };
+        let text = cpu_split(&runs).expect("both runs' CPU is known");
+        assert!(text.contains("at concurrency 200"), "{text}");
+        assert!(
+            text.contains("(90% against the ceiling's run's 90%: ×1.00)"),
+            "{text}"
+        );
+        assert!(text.contains("(50.0 µs against 40.0: ×0.80)"), "{text}");
+        assert!(text.contains("6.0 µs (12%) was the worker's own"), "{text}");
+        assert!(text.contains("pgbench's client took 2.0 µs (5%)"), "{text}");
+        // Without the ceiling's CPU (the Rust loops, or no /proc), nothing is said.
+        runs.ceiling.cpu = None;
+        assert_eq!(cpu_split(&runs), None);
+    }
+
+    #[test]
+    fn a_cpu_cell_gives_the_clients_and_the_machines_cpu_per_job() {
+        let c = split(0.65, 0.0, 4.51);
+        assert_eq!(
+            cpu_cell(Some((c.own_s, c)), 100_000),
+            "6.5 of 45.1 µs (14%), cores 90% busy"
+        );
+        assert_eq!(cpu_cell(None, 100_000), "–");
     }
 }
