@@ -264,11 +264,16 @@ pub(crate) fn enqueued_n(queue: &str, kind: &str, n: u64) {
 }
 
 /// Counts one ended attempt.
-pub(crate) fn finished(queue: &str, kind: &str, outcome: &'static str, state: &'static str) {
+pub(crate) fn finished(
+    queue: &std::sync::Arc<str>,
+    kind: &std::sync::Arc<str>,
+    outcome: &'static str,
+    state: &'static str,
+) {
     counter!(
         JOBS_FINISHED,
-        "queue" => queue.to_owned(),
-        "kind" => kind.to_owned(),
+        "queue" => std::sync::Arc::clone(queue),
+        "kind" => std::sync::Arc::clone(kind),
         "outcome" => outcome,
         "state" => state
     )

@@ -72,10 +72,10 @@ fn finish(id: JobId, attempt: i32, outcome: Outcome) -> Finish {
     Finish {
         output: None,
         in_tx: false,
-        kind: String::new(),
+        kind: std::sync::Arc::from(""),
         id,
         attempt,
-        queue: String::new(),
+        queue: std::sync::Arc::from(""),
         outcome,
     }
 }

@@ -2,6 +2,7 @@
 //! (`job_extend_many.sql`), each element checked against its claim's attempt, with one
 //! verdict per element (written, lost or busy).
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio_postgres::types::Type;
@@ -44,9 +45,9 @@ pub(crate) struct Written {
 pub(crate) struct Finish {
     pub id: JobId,
     /// The job's queue (not sent: the worker wakes that queue when the job is due again).
-    pub queue: String,
+    pub queue: Arc<str>,
     /// The job's kind (not sent: a label of the worker's metrics).
-    pub kind: String,
+    pub kind: Arc<str>,
     pub attempt: i32,
     pub outcome: Outcome,
     /// The output stored with a completion (JSON text, checked).
@@ -68,8 +69,8 @@ impl Finish {
     pub(crate) fn complete(id: JobId, attempt: i32) -> Finish {
         Finish {
             id,
-            queue: String::new(),
-            kind: String::new(),
+            queue: Arc::from(""),
+            kind: Arc::from(""),
             attempt,
             outcome: Outcome::Complete,
             output: None,

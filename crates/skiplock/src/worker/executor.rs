@@ -209,17 +209,19 @@ pub(crate) async fn run(
     if let Some(q) = shared.queues.get(&job.queue) {
         q.note_run(started.elapsed());
     }
+    // The worker's own copies of the names: labels and the outcome share them.
+    let names = (shared.name(&job.queue), shared.name(&job.kind));
     ::metrics::histogram!(
         crate::metrics::JOB_RUN,
-        "queue" => job.queue.clone(),
-        "kind" => job.kind.clone()
+        "queue" => Arc::clone(&names.0),
+        "kind" => Arc::clone(&names.1)
     )
     .record(crate::metrics::secs(started.elapsed()));
     let _enter = span.enter();
     let in_tx = completed_in_tx(&slot);
     if lost && !in_tx {
         shared.counters.ended(job.id, job.attempt, JobEnd::Lost);
-        crate::metrics::finished(&job.queue, &job.kind, "lost", "none");
+        crate::metrics::finished(&names.0, &names.1, "lost", "none");
         tracing::warn!("lease lost while running: result dropped (the job is no longer ours)");
         return;
     }
@@ -232,8 +234,8 @@ pub(crate) async fn run(
         Outcome::Unserved { error, delay } => {
             ::metrics::counter!(
                 crate::metrics::JOBS_UNSERVED,
-                "queue" => job.queue.clone(),
-                "kind" => job.kind.clone()
+                "queue" => Arc::clone(&names.0),
+                "kind" => Arc::clone(&names.1)
             )
             .increment(1);
             tracing::warn!(after = ?delay, error = %error, "no handler for this kind: back to the queue");
@@ -243,7 +245,7 @@ pub(crate) async fn run(
         Ok(mut s) => (s.output.take(), s.completed_in_tx),
         Err(_) => (None, false),
     };
-    send_with(&shared, &job, outcome, output, in_tx);
+    send_with(&shared, &job, names, outcome, output, in_tx);
 }
 
 /// The error written when a handler completed its job with [`JobContext::complete_tx`] and
@@ -262,20 +264,24 @@ pub(crate) fn hand_back(shared: &Shared, job: &ClaimedJob) {
 }
 
 fn send(shared: &Shared, job: &ClaimedJob, outcome: Outcome) {
-    send_with(shared, job, outcome, None, false);
+    let names = (shared.name(&job.queue), shared.name(&job.kind));
+    send_with(shared, job, names, outcome, None, false);
 }
 
+/// `names`: the job's queue and kind ([`Shared::name`]).
 fn send_with(
     shared: &Shared,
     job: &ClaimedJob,
+    names: (Arc<str>, Arc<str>),
     outcome: Outcome,
     output: Option<String>,
     in_tx: bool,
 ) {
+    let (queue, kind) = names;
     let finish = Finish {
         id: job.id,
-        queue: job.queue.clone(),
-        kind: job.kind.clone(),
+        queue,
+        kind,
         attempt: job.attempt,
         output: if matches!(outcome, Outcome::Complete) {
             output

@@ -308,6 +308,13 @@ impl Worker {
         runtime_pool: usize,
     ) -> Result<(Arc<Shared>, crate::periodic::Periodic)> {
         let runtime = self.client.with_own_pool(runtime_pool)?;
+        let names = self
+            .queues
+            .keys()
+            .map(String::as_str)
+            .chain(self.registry.kinds())
+            .map(|n| (n.to_owned(), Arc::<str>::from(n)))
+            .collect();
         let shared = Arc::new(Shared {
             client: runtime.unwrap_or_else(|| self.client.clone()),
             app_client: self.client,
@@ -326,6 +333,7 @@ impl Worker {
             schedules_changed: Notify::new(),
             waits_changed: Notify::new(),
             unserved: Mutex::new(HashMap::new()),
+            names,
         });
         Ok((shared, self.periodic))
     }

@@ -385,7 +385,12 @@ fn start_waiting(
             shared
                 .counters
                 .ended(w.job.id, w.job.attempt, super::events::JobEnd::Lost);
-            crate::metrics::finished(&w.job.queue, &w.job.kind, "lost", "none");
+            crate::metrics::finished(
+                &shared.name(&w.job.queue),
+                &shared.name(&w.job.kind),
+                "lost",
+                "none",
+            );
             tracing::warn!(id = %w.job.id, attempt = w.job.attempt, "lease lost while waiting for a slot: not started (the job is no longer ours)");
             continue;
         }

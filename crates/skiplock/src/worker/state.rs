@@ -306,9 +306,22 @@ pub(crate) struct Shared {
     /// How many jobs of each kind without a handler this worker handed back (the back-off
     /// of the next: see [`Shared::unserved_delay`]).
     pub unserved: Mutex<HashMap<String, u32>>,
+    /// The worker's queue names and its handlers' kinds, shared: a job's labels and its
+    /// outcome's names are clones of these, not copies of its own strings
+    /// ([`Shared::name`]).
+    pub names: HashMap<String, Arc<str>>,
 }
 
 impl Shared {
+    /// `name` (a queue or a kind) as a shared string: this worker's own copy when it is one
+    /// of its queues or kinds (no allocation), a new one otherwise.
+    pub(crate) fn name(&self, name: &str) -> Arc<str> {
+        self.names
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(name))
+    }
+
     /// The first wait before a job of a kind this worker has no handler for is claimable
     /// again; each further one of the kind doubles it, up to [`Shared::UNSERVED_MAX_DELAY`].
     pub(crate) const UNSERVED_FIRST_DELAY: Duration = Duration::from_secs(1);
