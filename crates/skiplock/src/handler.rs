@@ -434,7 +434,7 @@ pub(crate) struct Entry {
 /// Maps each job kind to its handler and options.
 #[derive(Clone, Default)]
 pub struct Registry {
-    pub(crate) kinds: HashMap<String, Entry>,
+    pub(crate) kinds: crate::FastMap<String, Entry>,
     pub(crate) fallback: Option<Entry>,
     pub(crate) data: DataMap,
 }

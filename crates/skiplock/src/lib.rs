@@ -66,6 +66,13 @@ mod unique;
 mod worker;
 mod workflow;
 
+/// A map for the worker's per-job lookups (handlers, names, queues, pending outcomes): keys
+/// the application or the database chooses, hashed with foldhash, seeded per process, at a
+/// fraction of SipHash's cost for short keys.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// A set of the same kind ([`FastMap`]).
+pub(crate) type FastSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
+
 pub use admin::AdminReport;
 pub use caller_tx::{Conn, Executor};
 #[allow(deprecated)]

@@ -270,6 +270,16 @@ pub(crate) fn finished(
     outcome: &'static str,
     state: &'static str,
 ) {
+    finished_n(queue, kind, outcome, state, 1);
+}
+
+fn finished_n(
+    queue: &std::sync::Arc<str>,
+    kind: &std::sync::Arc<str>,
+    outcome: &'static str,
+    state: &'static str,
+    n: u64,
+) {
     counter!(
         JOBS_FINISHED,
         "queue" => std::sync::Arc::clone(queue),
@@ -277,7 +287,63 @@ pub(crate) fn finished(
         "outcome" => outcome,
         "state" => state
     )
-    .increment(1);
+    .increment(n);
+}
+
+/// Ended attempts counted by runs: consecutive ones with the same labels (a batch of
+/// outcomes is mostly one queue's, one kind's and one outcome's) make one increment of
+/// their number, not one key built and looked up per job. Counted when the labels change,
+/// at [`FinishedTally::flush`], and when dropped.
+#[derive(Default)]
+pub(crate) struct FinishedTally {
+    run: Option<FinishedRun>,
+}
+
+struct FinishedRun {
+    queue: std::sync::Arc<str>,
+    kind: std::sync::Arc<str>,
+    outcome: &'static str,
+    state: &'static str,
+    n: u64,
+}
+
+impl FinishedTally {
+    /// One ended attempt, as [`finished`] counts it.
+    pub(crate) fn add(
+        &mut self,
+        queue: &std::sync::Arc<str>,
+        kind: &std::sync::Arc<str>,
+        outcome: &'static str,
+        state: &'static str,
+    ) {
+        if let Some(r) = &mut self.run {
+            if r.queue == *queue && r.kind == *kind && r.outcome == outcome && r.state == state {
+                r.n += 1;
+                return;
+            }
+        }
+        self.flush();
+        self.run = Some(FinishedRun {
+            queue: std::sync::Arc::clone(queue),
+            kind: std::sync::Arc::clone(kind),
+            outcome,
+            state,
+            n: 1,
+        });
+    }
+
+    /// Counts the run so far.
+    pub(crate) fn flush(&mut self) {
+        if let Some(r) = self.run.take() {
+            finished_n(&r.queue, &r.kind, r.outcome, r.state, r.n);
+        }
+    }
+}
+
+impl Drop for FinishedTally {
+    fn drop(&mut self) {
+        self.flush();
+    }
 }
 
 /// Sets a 1/0 gauge.

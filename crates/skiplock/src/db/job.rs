@@ -540,27 +540,67 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
         params.push((waited, Type::INT8));
     }
     let rows = rows(c, cache, statement, &params).await?;
-    let mut jobs = rows
-        .iter()
-        .map(claimed_job)
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut jobs = claimed_jobs(&rows)?;
     // UPDATE ... RETURNING has no order; hand jobs out in claim order.
     jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
     Ok(jobs)
 }
 
 pub(super) fn claimed_job(r: &Row) -> Result<ClaimedJob, PgError> {
+    claimed_job_at(r, CLAIMED)
+}
+
+/// The columns a claimed job is read from, in [`claimed_job_at`]'s order.
+const CLAIMED: [&str; 10] = [
+    "id",
+    "queue",
+    "kind",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "priority",
+    "run_at",
+    "created_at",
+    "locked_until",
+];
+
+/// A claim's rows, each column found once for all of them ([`super::positions`]).
+fn claimed_jobs(rows: &[Row]) -> Result<Vec<ClaimedJob>, PgError> {
+    let mut jobs = Vec::with_capacity(rows.len());
+    match rows.first().and_then(|r| super::positions(r, CLAIMED)) {
+        Some(at) => {
+            for r in rows {
+                jobs.push(claimed_job_at(r, at)?);
+            }
+        }
+        // None, or a column missing: by name, for the error that names it.
+        None => {
+            for r in rows {
+                jobs.push(claimed_job(r)?);
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+/// A claimed job from `r`, its columns at `at` (positions or names, in [`CLAIMED`]'s order).
+fn claimed_job_at<I: tokio_postgres::row::RowIndex + std::fmt::Display + Copy>(
+    r: &Row,
+    at: [I; 10],
+) -> Result<ClaimedJob, PgError> {
+    let [id, queue, kind, payload, attempts, max_attempts, priority, run_at, created_at, locked_until] =
+        at;
     Ok(ClaimedJob {
-        id: JobId(r.try_get("id")?),
-        queue: r.try_get("queue")?,
-        kind: r.try_get("kind")?,
-        payload: r.try_get("payload")?,
-        attempt: r.try_get("attempts")?,
-        max_attempts: r.try_get("max_attempts")?,
-        priority: r.try_get("priority")?,
-        run_at: r.try_get("run_at")?,
-        created_at: r.try_get("created_at")?,
-        locked_until: r.try_get("locked_until")?,
+        id: JobId(r.try_get(id)?),
+        queue: r.try_get(queue)?,
+        kind: r.try_get(kind)?,
+        payload: r.try_get(payload)?,
+        attempt: r.try_get(attempts)?,
+        max_attempts: r.try_get(max_attempts)?,
+        priority: r.try_get(priority)?,
+        run_at: r.try_get(run_at)?,
+        created_at: r.try_get(created_at)?,
+        locked_until: r.try_get(locked_until)?,
     })
 }
 

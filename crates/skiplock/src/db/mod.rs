@@ -47,6 +47,19 @@ pub(crate) struct Store {
 /// statements (one round trip, PgBouncer-safe).
 pub(crate) type Cache<'a> = Option<&'a deadpool_postgres::ClientWrapper>;
 
+/// The positions of `names` among a result's columns, found once for all its rows (the
+/// rows of one result share their columns): `Row::try_get` with a name searches the columns
+/// again for every field of every row, a claim's row having every column of the table.
+/// `None` if one is missing; the caller then reads by name, for the error that names it.
+pub(crate) fn positions<const N: usize>(row: &Row, names: [&str; N]) -> Option<[usize; N]> {
+    let columns = row.columns();
+    let mut out = [0; N];
+    for (at, name) in out.iter_mut().zip(names) {
+        *at = columns.iter().position(|c| c.name() == name)?;
+    }
+    Some(out)
+}
+
 pub(crate) async fn rows<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,

@@ -87,9 +87,14 @@ fn by_position<T>(
     verdict: impl Fn(&Row, &str) -> Result<Verdict<T>, PgError>,
 ) -> Result<Vec<Verdict<T>>, PgError> {
     let mut out: Vec<Verdict<T>> = (0..len).map(|_| Verdict::Lost).collect();
+    let at = rows
+        .first()
+        .and_then(|r| super::positions(r, ["n", "result"]));
     for r in rows {
-        let n: i64 = r.try_get("n")?;
-        let result: &str = r.try_get("result")?;
+        let (n, result): (i64, &str) = match at {
+            Some([n, result]) => (r.try_get(n)?, r.try_get(result)?),
+            None => (r.try_get("n")?, r.try_get("result")?),
+        };
         let v = verdict(r, result)?;
         if let Some(slot) = usize::try_from(n)
             .ok()
@@ -107,6 +112,28 @@ pub(super) struct RawWritten {
     status: String,
     run_at: SystemTime,
     retry_in_us: i64,
+}
+
+/// The columns a [`RawWritten`] is read from, in [`raw_written`]'s order.
+const WRITTEN: [&str; 3] = ["status", "run_at", "retry_in_us"];
+
+/// A written outcome from `r`, its columns at `at` ([`super::positions`] of [`WRITTEN`]),
+/// or found by name without them.
+fn raw_written(r: &Row, at: Option<[usize; 3]>) -> Result<RawWritten, PgError> {
+    fn read<I: tokio_postgres::row::RowIndex + std::fmt::Display + Copy>(
+        r: &Row,
+        [status, run_at, retry_in_us]: [I; 3],
+    ) -> Result<RawWritten, PgError> {
+        Ok(RawWritten {
+            status: r.try_get(status)?,
+            run_at: r.try_get(run_at)?,
+            retry_in_us: r.try_get(retry_in_us)?,
+        })
+    }
+    match at {
+        Some(at) => read(r, at),
+        None => read(r, WRITTEN),
+    }
 }
 
 /// A raw verdict with its status read as a [`JobState`]; any other status is an
@@ -156,13 +183,10 @@ pub(super) async fn finish_many<C: GenericClient + Sync>(
         ],
     )
     .await?;
+    let at = rows.first().and_then(|r| super::positions(r, WRITTEN));
     by_position(batch.len(), &rows, |r, result| {
         Ok(match result {
-            "written" => Verdict::Applied(RawWritten {
-                status: r.try_get("status")?,
-                run_at: r.try_get("run_at")?,
-                retry_in_us: r.try_get("retry_in_us")?,
-            }),
+            "written" => Verdict::Applied(raw_written(r, at)?),
             "busy" => Verdict::Busy,
             _ => Verdict::Lost,
         })
@@ -202,12 +226,9 @@ pub(super) async fn complete_many<C: GenericClient + Sync>(
         ],
     )
     .await?;
+    let at = rows.first().and_then(|r| super::positions(r, WRITTEN));
     by_position(batch.len(), &rows, |r, _| {
-        Ok(Verdict::Applied(RawWritten {
-            status: r.try_get("status")?,
-            run_at: r.try_get("run_at")?,
-            retry_in_us: r.try_get("retry_in_us")?,
-        }))
+        Ok(Verdict::Applied(raw_written(r, at)?))
     })
 }
 

@@ -109,7 +109,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Fin
                 Err(_) => break,
             }
         }
-        let again = flush(&shared, std::mem::take(&mut batch)).await;
+        let again = flush(&shared, &mut batch).await;
         busy.add(again);
     }
     // Stopping: write whatever is left, then the busy rows for a little while.
@@ -119,7 +119,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Fin
     batch.extend(busy.take());
     let give_up = Instant::now() + BUSY_AT_STOP;
     loop {
-        let again = flush(&shared, std::mem::take(&mut batch)).await;
+        let again = flush(&shared, &mut batch).await;
         if again.is_empty() {
             break;
         }
@@ -146,13 +146,23 @@ async fn sleep_until(due: Option<Instant>) {
 
 /// Writes `batch` in chunks of at most `max_finish_batch`, the successes first (each chunk
 /// holds outcomes of one shape, so that a chunk of successes takes the lean statement);
-/// returns the rows found busy.
-async fn flush(shared: &Shared, batch: Vec<Finish>) -> Vec<Finish> {
+/// returns the rows found busy. Leaves `batch` empty, its room kept for the next one.
+async fn flush(shared: &Shared, batch: &mut Vec<Finish>) -> Vec<Finish> {
     let mut busy = Vec::new();
-    let (lean, full): (Vec<Finish>, Vec<Finish>) = batch.into_iter().partition(Finish::is_lean);
-    for part in [lean, full] {
-        for chunk in part.chunks(shared.cfg.max_finish_batch.max(1)) {
+    let size = shared.cfg.max_finish_batch.max(1);
+    let lean = batch.iter().filter(|f| f.is_lean()).count();
+    if lean == 0 || lean == batch.len() {
+        // One shape (a drain's usual batch): as it came.
+        for chunk in batch.chunks(size) {
             write_chunk(shared, chunk, &mut busy).await;
+        }
+        batch.clear();
+    } else {
+        let (lean, full): (Vec<Finish>, Vec<Finish>) = batch.drain(..).partition(Finish::is_lean);
+        for part in [lean, full] {
+            for chunk in part.chunks(size) {
+                write_chunk(shared, chunk, &mut busy).await;
+            }
         }
     }
     // Outcomes written are work too: the services that run only after work (the gauges with
@@ -292,6 +302,7 @@ fn account(
     busy: &mut Vec<Finish>,
 ) {
     let c = &shared.counters;
+    let mut tally = crate::metrics::FinishedTally::default();
     for (f, v) in rows.iter().zip(verdicts) {
         match v {
             Verdict::Busy => {
@@ -319,11 +330,11 @@ fn account(
                 } else {
                     f.outcome.sql_name()
                 };
-                crate::metrics::finished(&f.queue, &f.kind, word, w.state.as_str());
+                tally.add(&f.queue, &f.kind, word, w.state.as_str());
             }
             Verdict::Lost => {
                 c.ended(f.id, f.attempt, JobEnd::Lost);
-                crate::metrics::finished(&f.queue, &f.kind, "lost", "none");
+                tally.add(&f.queue, &f.kind, "lost", "none");
                 if failures > 0 {
                     tracing::warn!(id = %f.id, attempt = f.attempt, "outcome not applied; it may have been written before the connection failed");
                 } else {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::events::JobEnd;
-use super::state::{attempts_of, AttemptKey, RunningJob, Shared};
+use super::state::{AttemptKey, RunningJob, Shared};
 use crate::db::job::Finish;
 use crate::error::error_chain;
 use crate::handler::{AttemptSlot, JobContext, JobError};
@@ -26,6 +26,8 @@ pub(crate) struct Attempt {
     shared: Arc<Shared>,
     key: AttemptKey,
     cancel: CancellationToken,
+    /// Removed by [`Attempt::finish`]: nothing left for the guard to do.
+    finished: bool,
 }
 
 impl Attempt {
@@ -44,10 +46,10 @@ impl Attempt {
         let cancel = shared.hard_stop.child_token();
         let mut running = shared.running();
         let mut superseded = false;
-        for ((id, attempt), r) in running.range_mut(attempts_of(job.id)) {
-            if *attempt < job.attempt {
+        for (attempt, r) in running.attempts_mut(job.id) {
+            if attempt < job.attempt {
                 if !r.lost {
-                    tracing::warn!(id = %id, attempt, newer = job.attempt, "a newer attempt of this job started here: the older one is no longer ours; cancelling its handler");
+                    tracing::warn!(id = %job.id, attempt, newer = job.attempt, "a newer attempt of this job started here: the older one is no longer ours; cancelling its handler");
                 }
                 r.lost = true;
                 r.cancel.cancel();
@@ -73,6 +75,7 @@ impl Attempt {
             shared: shared.clone(),
             key,
             cancel,
+            finished: false,
         }
     }
 
@@ -92,7 +95,8 @@ impl Attempt {
     }
 
     /// Removes the entry; returns whether the attempt was lost meanwhile.
-    fn finish(self) -> bool {
+    fn finish(mut self) -> bool {
+        self.finished = true;
         self.shared
             .running()
             .remove(&self.key)
@@ -102,9 +106,22 @@ impl Attempt {
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        // Already gone after `finish`; a no-op then.
-        self.shared.running().remove(&self.key);
+        if !self.finished {
+            self.shared.running().remove(&self.key);
+        }
     }
+}
+
+/// [`run`] as a task's future: boxed, so that the task moves a pointer, not the whole
+/// state of a job's run (about a kilobyte, copied several times on its way into the task
+/// and again when the task ends).
+pub(crate) fn task(
+    shared: Arc<Shared>,
+    job: ClaimedJob,
+    permit: OwnedSemaphorePermit,
+    attempt: Attempt,
+) -> std::pin::Pin<Box<impl std::future::Future<Output = ()> + Send>> {
+    Box::pin(run(shared, job, permit, attempt))
 }
 
 pub(crate) async fn run(

@@ -74,7 +74,7 @@ pub struct Worker {
     client: Client,
     registry: Registry,
     cfg: WorkerConfig,
-    queues: HashMap<String, Arc<QueueSlot>>,
+    queues: crate::FastMap<String, Arc<QueueSlot>>,
     listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
     lease_us: i64,
     periodic: crate::periodic::Periodic,
@@ -134,7 +134,7 @@ impl WorkerBuilder {
                 "it serves no queue; call .queue(name, n)",
             ));
         }
-        let mut queues = HashMap::new();
+        let mut queues = crate::FastMap::default();
         for (name, concurrency) in self.queues {
             input::queue_name(&name)?;
             if concurrency == 0 || concurrency > Semaphore::MAX_PERMITS {
@@ -321,7 +321,7 @@ impl Worker {
             registry: self.registry,
             listen_config: self.listen_config,
             queues: self.queues,
-            running: Mutex::new(std::collections::BTreeMap::new()),
+            running: Mutex::new(state::Running::default()),
             finish_tx,
             stop_claiming: CancellationToken::new(),
             hard_stop: self.stop_now,

@@ -2,7 +2,6 @@
 //! outcome is not written yet stay in its pending set, whose leases the heartbeat keeps
 //! renewing.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::mpsc;
@@ -15,7 +14,7 @@ use crate::job::JobId;
 #[derive(Clone)]
 pub(crate) struct Outbox {
     tx: mpsc::UnboundedSender<Finish>,
-    pending: Arc<Mutex<HashSet<(JobId, i32)>>>,
+    pending: Arc<Mutex<crate::FastSet<(JobId, i32)>>>,
 }
 
 /// A new outbox and the completer's receiving end.
@@ -53,7 +52,7 @@ impl Outbox {
         self.pending().remove(&(f.id, f.attempt));
     }
 
-    fn pending(&self) -> MutexGuard<'_, HashSet<(JobId, i32)>> {
+    fn pending(&self) -> MutexGuard<'_, crate::FastSet<(JobId, i32)>> {
         // Single inserts and removes: a poisoned lock is still consistent.
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }

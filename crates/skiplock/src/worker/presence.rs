@@ -75,7 +75,12 @@ impl Presence {
     async fn seen(&self, id: i64) -> Result<()> {
         const OP: &str = "write the worker's presence";
         // Jobs claimed ahead and still waiting for a slot are not running yet.
-        let running = self.shared.running().values().filter(|r| r.started).count();
+        let running = self
+            .shared
+            .running()
+            .iter()
+            .filter(|(_, r)| r.started)
+            .count();
         let running = i32::try_from(running).unwrap_or(i32::MAX);
         let conn = self.shared.client.conn(OP).await?;
         let found = self

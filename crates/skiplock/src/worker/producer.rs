@@ -394,7 +394,7 @@ fn start_waiting(
             tracing::warn!(id = %w.job.id, attempt = w.job.attempt, "lease lost while waiting for a slot: not started (the job is no longer ours)");
             continue;
         }
-        jobs.spawn(executor::run(shared.clone(), w.job, permit, w.attempt));
+        jobs.spawn(executor::task(shared.clone(), w.job, permit, w.attempt));
     }
 }
 
@@ -541,7 +541,7 @@ fn start(
         let attempt = executor::Attempt::register(shared, &job, heartbeat, permit.is_some());
         match permit {
             Some(permit) => {
-                jobs.spawn(executor::run(shared.clone(), job, permit, attempt));
+                jobs.spawn(executor::task(shared.clone(), job, permit, attempt));
             }
             None => waiting.push_back(Waiting {
                 job,

@@ -2,7 +2,7 @@
 //! the queues it serves with their slots and wake-ups, the attempts it runs, and the
 //! [`Shared`] state every task of the worker holds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -254,10 +254,86 @@ impl QueueSlot {
 /// claim the job again while the stale attempt still runs, and each must keep its own entry.
 pub(crate) type AttemptKey = (JobId, i32);
 
-/// Every attempt of job `id` in [`Shared::running`] (ordered by job, then attempt): a range
-/// of the map, not a walk through every job the worker holds.
-pub(crate) fn attempts_of(id: JobId) -> std::ops::RangeInclusive<AttemptKey> {
-    (id, i32::MIN)..=(id, i32::MAX)
+/// The attempts this worker runs ([`Shared::running`]), found by job: each job's newest
+/// attempt in a hash map, the older ones still running beside it (rare: a lease lost while
+/// the handler ran, and the job claimed again here) in a short list. Every attempt of a job
+/// is found without a walk through every job the worker holds.
+#[derive(Default)]
+pub(crate) struct Running {
+    newest: crate::FastMap<JobId, (i32, RunningJob)>,
+    older: Vec<(AttemptKey, RunningJob)>,
+}
+
+impl Running {
+    pub(crate) fn len(&self) -> usize {
+        self.newest.len() + self.older.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records an attempt (replacing the entry of the same attempt, if any).
+    pub(crate) fn insert(&mut self, (id, attempt): AttemptKey, job: RunningJob) {
+        match self.newest.get_mut(&id) {
+            None => {
+                self.newest.insert(id, (attempt, job));
+            }
+            Some(n) if n.0 == attempt => n.1 = job,
+            Some(n) if n.0 < attempt => {
+                let was = std::mem::replace(n, (attempt, job));
+                self.older.push(((id, was.0), was.1));
+            }
+            Some(_) => match self.older.iter_mut().find(|(k, _)| *k == (id, attempt)) {
+                Some(o) => o.1 = job,
+                None => self.older.push(((id, attempt), job)),
+            },
+        }
+    }
+
+    pub(crate) fn get_mut(&mut self, (id, attempt): &AttemptKey) -> Option<&mut RunningJob> {
+        match self.newest.get_mut(id) {
+            Some(n) if n.0 == *attempt => Some(&mut n.1),
+            _ => self
+                .older
+                .iter_mut()
+                .find(|(k, _)| *k == (*id, *attempt))
+                .map(|(_, r)| r),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, (id, attempt): &AttemptKey) -> Option<RunningJob> {
+        if self.newest.get(id).is_some_and(|n| n.0 == *attempt) {
+            return self.newest.remove(id).map(|n| n.1);
+        }
+        let at = self.older.iter().position(|(k, _)| *k == (*id, *attempt))?;
+        Some(self.older.swap_remove(at).1)
+    }
+
+    /// Every attempt of job `id`, with its number.
+    pub(crate) fn attempts_mut(
+        &mut self,
+        id: JobId,
+    ) -> impl Iterator<Item = (i32, &mut RunningJob)> {
+        let newest = self
+            .newest
+            .get_mut(&id)
+            .map(|n| (n.0, &mut n.1))
+            .into_iter();
+        let older = self
+            .older
+            .iter_mut()
+            .filter(move |(k, _)| k.0 == id)
+            .map(|(k, r)| (k.1, r));
+        newest.chain(older)
+    }
+
+    /// Every attempt, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (AttemptKey, &RunningJob)> {
+        let newest = self.newest.iter().map(|(id, n)| ((*id, n.0), &n.1));
+        let older = self.older.iter().map(|(k, r)| (*k, r));
+        newest.chain(older)
+    }
 }
 
 /// A job this worker is running.
@@ -283,8 +359,8 @@ pub(crate) struct Shared {
     /// The LISTEN connection's settings and the connector that opens it (its own TLS
     /// settings when it has its own URL).
     pub listen_config: Option<(tokio_postgres::Config, crate::tls::Connector)>,
-    pub queues: HashMap<String, Arc<QueueSlot>>,
-    pub running: Mutex<BTreeMap<AttemptKey, RunningJob>>,
+    pub queues: crate::FastMap<String, Arc<QueueSlot>>,
+    pub running: Mutex<Running>,
     /// Outcomes for the completer, and the jobs whose outcome is not written yet.
     pub finish_tx: Outbox,
     /// Stop claiming (shutdown has begun).
@@ -309,7 +385,7 @@ pub(crate) struct Shared {
     /// The worker's queue names and its handlers' kinds, shared: a job's labels and its
     /// outcome's names are clones of these, not copies of its own strings
     /// ([`Shared::name`]).
-    pub names: HashMap<String, Arc<str>>,
+    pub names: crate::FastMap<String, Arc<str>>,
 }
 
 impl Shared {
@@ -433,7 +509,7 @@ impl Shared {
         self.running()
             .iter()
             .filter(|(_, r)| r.heartbeat && !r.lost)
-            .map(|(k, _)| *k)
+            .map(|(k, _)| k)
             .collect()
     }
 
@@ -454,7 +530,7 @@ impl Shared {
     /// Returns how many there were.
     pub(crate) fn cancel_job(&self, id: JobId) -> usize {
         let mut n = 0;
-        for (_, r) in self.running().range_mut(attempts_of(id)) {
+        for (_, r) in self.running().attempts_mut(id) {
             if !r.lost {
                 r.lost = true;
                 r.cancel.cancel();
@@ -464,7 +540,7 @@ impl Shared {
         n
     }
 
-    pub(crate) fn running(&self) -> MutexGuard<'_, BTreeMap<AttemptKey, RunningJob>> {
+    pub(crate) fn running(&self) -> MutexGuard<'_, Running> {
         // A panic while holding this lock cannot leave the map inconsistent (single inserts
         // and removes), so a poisoned lock is still usable.
         self.running.lock().unwrap_or_else(|p| p.into_inner())
@@ -490,5 +566,61 @@ impl crate::maintenance::scheduler::SchedulerHost for Shared {
 
     fn poll_interval(&self) -> Option<Duration> {
         Shared::poll_interval(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(started: bool) -> RunningJob {
+        RunningJob {
+            cancel: CancellationToken::new(),
+            heartbeat: true,
+            lost: false,
+            started,
+        }
+    }
+
+    fn attempts(r: &mut Running, id: i64) -> Vec<i32> {
+        let mut a: Vec<i32> = r.attempts_mut(JobId(id)).map(|(a, _)| a).collect();
+        a.sort_unstable();
+        a
+    }
+
+    #[test]
+    fn running_finds_every_attempt_of_a_job_newer_or_older() {
+        let mut r = Running::default();
+        assert!(r.is_empty());
+        r.insert((JobId(1), 1), job(true));
+        r.insert((JobId(2), 1), job(true));
+        // A newer attempt of job 1: the older one stays, beside it.
+        r.insert((JobId(1), 3), job(false));
+        // An older one registered after a newer (cannot happen, but must not be lost).
+        r.insert((JobId(1), 2), job(true));
+        assert_eq!(r.len(), 4);
+        assert_eq!(attempts(&mut r, 1), vec![1, 2, 3]);
+        assert_eq!(attempts(&mut r, 2), vec![1]);
+        assert!(attempts(&mut r, 9).is_empty());
+        // The same attempt again replaces its entry.
+        r.insert((JobId(1), 3), job(true));
+        assert_eq!(r.len(), 4);
+        assert!(r.get_mut(&(JobId(1), 3)).is_some_and(|j| j.started));
+        assert!(r.get_mut(&(JobId(1), 1)).is_some());
+        assert!(r.get_mut(&(JobId(1), 4)).is_none());
+        let mut all: Vec<AttemptKey> = r.iter().map(|(k, _)| k).collect();
+        all.sort_unstable();
+        assert_eq!(
+            all,
+            vec![(JobId(1), 1), (JobId(1), 2), (JobId(1), 3), (JobId(2), 1)]
+        );
+        // Removing the newest leaves the older ones findable, and each goes once.
+        assert!(r.remove(&(JobId(1), 3)).is_some());
+        assert!(r.remove(&(JobId(1), 3)).is_none());
+        assert_eq!(attempts(&mut r, 1), vec![1, 2]);
+        assert!(r.remove(&(JobId(1), 1)).is_some());
+        assert!(r.remove(&(JobId(1), 2)).is_some());
+        assert!(r.remove(&(JobId(2), 1)).is_some());
+        assert!(r.is_empty());
     }
 }
