@@ -199,9 +199,11 @@ pub(crate) async fn run(
                 None => Some(attempt.await),
             }
         };
+        // The handler first: one that is done by its first poll (a short job) ends without
+        // a waiter registered on the shutdown deadline, shared by every job; one that is
+        // done when the deadline passes keeps its result.
         tokio::select! {
             biased;
-            () = shared.hard_stop.cancelled() => Outcome::HandBack,
             result = attempt => match result {
                 None => Outcome::retry("timeout", backoff),
                 Some(Err(panic)) => {
@@ -216,6 +218,7 @@ pub(crate) async fn run(
                 }
                 Some(Ok(Err(JobError::Snooze(d)))) => Outcome::snooze(d),
             },
+            () = shared.hard_stop.cancelled() => Outcome::HandBack,
         }
     }
     .instrument(span.clone())

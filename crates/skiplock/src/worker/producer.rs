@@ -306,6 +306,9 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             // The oldest job claimed ahead has waited too long: hand it back (at the top).
             () = sleep_until(waiting.front().map(|w| w.since + max_wait)) => {}
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
+                // And every other job that has ended meanwhile: one turn of the loop for
+                // them all, not one each.
+                while jobs.try_join_next().is_some() {}
                 // A slot freed: with a backlog the loop claims again. Until idle, look
                 // again whenever a job ends (no notification tells us otherwise).
                 if mode == Mode::UntilIdle {
@@ -520,8 +523,10 @@ fn start(
     });
     tracing::debug!(queue = %slot.name, claimed = n, "claimed jobs");
     let now = Instant::now();
+    // Shutdown began: the whole batch goes back (checked once, not for every job).
+    let stopping = shared.stop_claiming.is_cancelled();
     for job in claimed {
-        if shared.stop_claiming.is_cancelled() {
+        if stopping {
             // Claimed but not started: hand it back at once.
             tracing::info!(id = %job.id, "claimed during shutdown: handed back");
             executor::hand_back(shared, &job);
