@@ -200,11 +200,13 @@ pub(crate) async fn run(
             }
         };
         // The handler first: one that is done by its first poll (a short job) ends without
-        // a waiter registered on the shutdown deadline, shared by every job; one that is
-        // done when the deadline passes keeps its result.
+        // a waiter registered on the shutdown deadline, which every job shares. Past the
+        // deadline the job goes back to the queue however its handler ended (a command
+        // `work --exec` runs is stopped then, and fails).
         tokio::select! {
             biased;
             result = attempt => match result {
+                _ if shared.hard_stop.is_cancelled() => Outcome::HandBack,
                 None => Outcome::retry("timeout", backoff),
                 Some(Err(panic)) => {
                     Outcome::retry(&format!("panicked: {}", panic_message(&*panic)), backoff)

@@ -141,6 +141,18 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut paused_until: Option<Instant> = None;
     let mut due: Option<Instant> = None;
     let mut next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
+    // The loop turns once or more per job that ends: what it waits for is set up once, not
+    // on every turn (a waiter registered and removed, a timer armed and disarmed, each
+    // under a lock the other tasks share). A notification's waiter is renewed once it has
+    // fired; a timer is moved only when its deadline does.
+    let stop = shared.stop_claiming.cancelled();
+    tokio::pin!(stop);
+    let wake = slot.wake.notified();
+    tokio::pin!(wake);
+    let reschedule = slot.reschedule.notified();
+    tokio::pin!(reschedule);
+    let mut ahead_timer = Timer::default();
+    let mut wake_timer = Timer::default();
 
     loop {
         while jobs.try_join_next().is_some() {}
@@ -223,8 +235,10 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             // Draining: only a limit's wait (see `held_back`).
             Mode::UntilIdle => due,
         };
+        ahead_timer.set(waiting.front().map(|w| w.since + max_wait));
+        wake_timer.set(wake_at);
         tokio::select! {
-            () = shared.stop_claiming.cancelled() => break,
+            () = &mut stop => break,
             Some(done) = claims.join_next_with_id(), if !claims.is_empty() => {
                 let (task, (want, from, cost, result)) = match done {
                     Ok(done) => done,
@@ -295,20 +309,21 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
             }
             // A notification (or a reconnect). While the queue is believed paused, new
             // jobs start no claim: the resume notification, or the poll, does.
-            () = slot.wake.notified() => claim_now |= !slot.pause.is_paused(),
+            () = &mut wake => {
+                wake.set(slot.wake.notified());
+                claim_now |= !slot.pause.is_paused();
+            }
             // `wake_at` moved (merged at the top of the loop), or the poll in force did (the
             // LISTEN connection went deaf: poll from now on).
-            () = slot.reschedule.notified() => {
+            () = &mut reschedule => {
+                reschedule.set(slot.reschedule.notified());
                 if next_poll.is_none() {
                     next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
                 }
             }
             // The oldest job claimed ahead has waited too long: hand it back (at the top).
-            () = sleep_until(waiting.front().map(|w| w.since + max_wait)) => {}
+            () = ahead_timer.fired() => {}
             Some(_) = jobs.join_next(), if !jobs.is_empty() => {
-                // And every other job that has ended meanwhile: one turn of the loop for
-                // them all, not one each.
-                while jobs.try_join_next().is_some() {}
                 // A slot freed: with a backlog the loop claims again. Until idle, look
                 // again whenever a job ends (no notification tells us otherwise).
                 if mode == Mode::UntilIdle {
@@ -331,7 +346,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                 paused_until = None;
                 claim_now = true;
             }
-            () = sleep_until(wake_at) => {
+            () = wake_timer.fired() => {
                 claim_now = true;
                 due = None;
                 next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
@@ -439,6 +454,42 @@ fn poll_interval(shared: &Shared, slot: &QueueSlot) -> Option<Duration> {
             && !slot.waiting.load(Ordering::SeqCst))
         .then_some(super::WorkerConfig::DEFAULT_POLL_INTERVAL)
     })
+}
+
+/// A timer for a deadline the claim loop computes on every turn: armed again only when the
+/// deadline moves, pending while there is none.
+struct Timer {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    at: Option<Instant>,
+}
+
+impl Default for Timer {
+    fn default() -> Self {
+        Timer {
+            sleep: Box::pin(tokio::time::sleep_until(Instant::now())),
+            at: None,
+        }
+    }
+}
+
+impl Timer {
+    fn set(&mut self, at: Option<Instant>) {
+        if at != self.at {
+            if let Some(at) = at {
+                self.sleep.as_mut().reset(at);
+            }
+            self.at = at;
+        }
+    }
+
+    /// Ends at the deadline; after that, pending until [`Timer::set`] gives one again.
+    async fn fired(&mut self) {
+        if self.at.is_none() {
+            return std::future::pending().await;
+        }
+        self.sleep.as_mut().await;
+        self.at = None;
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
