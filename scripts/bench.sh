@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole benchmark suite on a throwaway PostgreSQL cluster and rewrites
-# docs/BENCHMARKS.md with the figures (a "## Notes" section at its end is kept).
+# docs/BENCHMARKS.md with the figures (a "## Notes" section at its end is kept). Every run's
+# figures, one JSON object per line in the order they ran, go to target/bench/points.jsonl.
 #
 #   scripts/bench.sh            # the full suite (about 40 minutes on 2 cores; `bench all`
 #                               # says how long each part takes before it starts)
@@ -22,9 +23,10 @@ notes=""
 if [[ -f "$out" ]] && grep -q '^## Notes' "$out"; then
   notes="$(sed -n '/^## Notes/,$p' "$out")"
 fi
-"$bin" --database-url "$url" bench all --markdown "$@" > "$out.new"
+mkdir -p target/bench
+"$bin" --database-url "$url" bench all --markdown --points target/bench/points.jsonl "$@" > "$out.new"
 if [[ -n "$notes" ]]; then
   printf '\n%s\n' "$notes" >> "$out.new"
 fi
 mv "$out.new" "$out"
-echo "wrote $out"
+echo "wrote $out (every run's figures: target/bench/points.jsonl)"

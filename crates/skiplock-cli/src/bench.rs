@@ -1,7 +1,7 @@
 //! `skiplock bench`: the benchmark suite of `skiplock_bench::suite`, printed as tables, JSON
 //! lines, or the Markdown of docs/BENCHMARKS.md.
 
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::time::Duration;
 
 use skiplock_bench::suite::{self, Header, Observer, Section};
@@ -101,6 +101,10 @@ pub struct Args {
     /// Print the report as Markdown (scripts/bench.sh writes it to docs/BENCHMARKS.md).
     #[arg(long)]
     markdown: bool,
+    /// Also write every measured point, each run of each scenario as --json prints it (one
+    /// JSON object per line, in the order they ran), to FILE (created, or emptied first).
+    #[arg(long, value_name = "FILE")]
+    points: Option<std::path::PathBuf>,
 }
 
 impl Scenario {
@@ -156,12 +160,24 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    let points = match &args.points {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     let mut printer = Printer {
         json: args.json,
         markdown: args.markdown,
         bar: None,
+        points,
     };
     let report = suite::run(&url, &target.schema, asked, &options, &mut printer).await?;
+    if let (Some(w), Some(path)) = (printer.points.as_mut(), &args.points) {
+        w.flush()
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
     if let Some(header) = header {
         out!("{}", report.markdown(&header));
     }
@@ -174,12 +190,21 @@ struct Printer {
     json: bool,
     markdown: bool,
     bar: Option<indicatif::ProgressBar>,
+    /// --points: every point, one JSON line each (dropped after a write fails, with one
+    /// warning; the report goes on).
+    points: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 impl Observer for Printer {
     fn point(&mut self, point: serde_json::Value) {
         if self.json {
             print_json(&point);
+        }
+        if let Some(w) = &mut self.points {
+            if let Err(e) = writeln!(w, "{point}") {
+                errln!("warning: --points: {e}; no more points are written");
+                self.points = None;
+            }
         }
     }
 
@@ -230,11 +255,12 @@ fn command() -> String {
             skip = false;
             continue;
         }
-        if a == "--database-url" {
+        // Where the database is and where the points go change no figure.
+        if a == "--database-url" || a == "--points" {
             skip = true;
             continue;
         }
-        if a.starts_with("--database-url=") {
+        if a.starts_with("--database-url=") || a.starts_with("--points=") {
             continue;
         }
         cmd.push(a);

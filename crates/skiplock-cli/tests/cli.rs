@@ -978,6 +978,59 @@ async fn bench_plot_elsewhere_is_refused() {
     assert!(!std::path::Path::new("x.svg").exists());
 }
 
+/// `--points FILE` keeps every measured point beside the Markdown report (scripts/bench.sh
+/// keeps a run's in target/bench/points.jsonl); a FILE that cannot be written is refused
+/// before anything runs.
+#[tokio::test]
+async fn bench_points_writes_every_point_beside_the_report() {
+    let db = TestDb::new().await;
+    let dir = std::env::temp_dir().join(format!("skiplock-points-{}", db.schema()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("points.jsonl");
+    let o = run(
+        Some(&db),
+        &[
+            "bench",
+            "enqueue",
+            "--quick",
+            "--markdown",
+            "--points",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(ok(&o).contains("## Enqueue"), "the report as ever");
+    let points: Vec<serde_json::Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(json)
+        .collect();
+    let json_points = ok(&run(Some(&db), &["bench", "enqueue", "--quick", "--json"]))
+        .lines()
+        .count();
+    assert_eq!(points.len(), json_points, "{points:?}");
+    assert!(
+        points
+            .iter()
+            .all(|p| p["scenario"] == "enqueue" && p["jobs_per_s"].is_number()),
+        "{points:?}"
+    );
+    let missing = dir.join("no-such-dir").join("points.jsonl");
+    let o = run(
+        Some(&db),
+        &[
+            "bench",
+            "enqueue",
+            "--quick",
+            "--points",
+            missing.to_str().unwrap(),
+        ],
+    );
+    fails(&o, 1, "cannot write");
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("Enqueue"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_no_scratch_schemas(&db).await;
+}
+
 /// Without the peer's binary, `bench peers` measures nothing and says how to build it.
 #[tokio::test]
 async fn bench_peers_without_the_peer_says_how_to_build_it() {

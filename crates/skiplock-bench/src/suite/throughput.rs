@@ -125,7 +125,8 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let loops = loop_sweep(s, &plan).await?;
     let batch = WorkerConfig::default().max_claim_batch;
     let mut swept = Vec::new();
-    let mut rows: Vec<(ThroughputPoint, Vec<f64>)> = Vec::new();
+    let mut slots: Vec<Option<(ThroughputPoint, Vec<f64>)>> =
+        plan.points.iter().map(|_| None).collect();
     for round in 0..plan.rounds {
         if let Ok(program) = &program {
             ceiling::round(
@@ -139,8 +140,9 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
             )
             .await?;
         }
-        worker_round(s, &plan, round, &mut rows).await?;
+        worker_round(s, &plan, round, &mut slots).await?;
     }
+    let rows: Vec<(ThroughputPoint, Vec<f64>)> = slots.into_iter().flatten().collect();
     let best_loops = loops.iter().map(|c| c.jobs_per_s).fold(0.0, f64::max);
     let ceiling = ceiling::best_of(&swept, plan.jobs).unwrap_or_else(|| Ceiling {
         jobs_per_s: best_loops,
@@ -205,35 +207,63 @@ async fn loop_sweep(s: &mut Sitting<'_>, plan: &Plan) -> Result<Vec<CeilingPoint
     Ok(ceilings)
 }
 
-/// One round of the worker points: each point's rate is added to its row (the row keeps the
-/// best).
-/// The order in which round `round` of `rounds` runs `points` points: each round starts
-/// `points / rounds` further along than the one before (and wraps around), so that no point
-/// always runs in the same place in its round (always last, right before the next round's
-/// pgbench runs, say), where whatever the round leaves behind would land on it alone.
-fn round_order(points: usize, round: usize, rounds: usize) -> impl Iterator<Item = usize> {
-    let offset = if points == 0 {
-        0
-    } else {
-        round * points / rounds.max(1) % points
+/// The order in which round `round` of `rounds` runs the points, `grouped[i]` saying whether
+/// point `i` belongs to the group that runs back to back (the default points, which the
+/// no-slower-than-a-smaller-concurrency target compares with each other: run together, they
+/// run under the same state of the machine, whose speed drifts from minute to minute).
+///
+/// The group is one unit in the list, where its first point is. Each round starts further
+/// along the units than the one before (by their number over the number of rounds, wrapping
+/// around), and the group's own order moves the same way, so that no point always runs in
+/// the same place in its round (always last, right before the next round's pgbench runs,
+/// say), where whatever the round leaves behind would land on it alone.
+fn round_order(grouped: &[bool], round: usize, rounds: usize) -> Vec<usize> {
+    let rotate = |v: &mut Vec<usize>| {
+        if !v.is_empty() {
+            let by = round * v.len() / rounds.max(1) % v.len();
+            v.rotate_left(by);
+        }
     };
-    (0..points).map(move |k| (k + offset) % points)
+    let mut group: Vec<usize> = (0..grouped.len()).filter(|&i| grouped[i]).collect();
+    rotate(&mut group);
+    // The units: `None` is the group, `Some(i)` a point of its own.
+    let mut units: Vec<Option<usize>> = Vec::new();
+    for (i, &g) in grouped.iter().enumerate() {
+        if !g {
+            units.push(Some(i));
+        } else if !units.contains(&None) {
+            units.push(None);
+        }
+    }
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    rotate(&mut order);
+    order
+        .into_iter()
+        .flat_map(|u| match units[u] {
+            Some(i) => vec![i],
+            None => group.clone(),
+        })
+        .collect()
 }
 
+/// One round of the worker points: each point's rate is added to its row (the row keeps the
+/// best). `rows` has one entry per point, `None` until the point's first run.
 async fn worker_round(
     s: &mut Sitting<'_>,
     plan: &Plan,
     round: usize,
-    rows: &mut Vec<(ThroughputPoint, Vec<f64>)>,
+    rows: &mut [Option<(ThroughputPoint, Vec<f64>)>],
 ) -> Result<()> {
-    for i in round_order(plan.points.len(), round, plan.rounds) {
+    let grouped: Vec<bool> = plan.points.iter().map(W::is_default).collect();
+    for i in round_order(&grouped, round, plan.rounds) {
         let w = &plan.points[i];
         s.observer
             .run(&format!("worker, concurrency {}", w.concurrency));
         let p = bench::throughput(s.url, s.base, plan.jobs_for(w), w).await?;
         s.observer.ran();
         s.point(serde_json::json!({
-            "scenario": "throughput-run", "jobs": p.jobs, "concurrency": w.concurrency,
+            "scenario": "throughput-run", "round": round + 1, "jobs": p.jobs,
+            "concurrency": w.concurrency,
             "batch": p.batch, "claims_in_flight": p.claims_in_flight,
             "defaults": w.is_default(), "prepared": w.prepared, "jobs_per_s": p.jobs_per_s,
             "cpu_own_s": p.cpu.map(|c| c.own_s),
@@ -241,18 +271,17 @@ async fn worker_round(
             "machine_busy_share": p.cpu.map(|c| c.machine_busy_share),
         }));
         match rows.get_mut(i) {
-            Some((best, rates)) => {
+            Some(Some((best, rates))) => {
                 rates.push(p.jobs_per_s);
                 if p.jobs_per_s > best.jobs_per_s {
                     *best = p;
                 }
             }
-            None => {
-                // The first round runs the points in order (its offset is 0), so each
-                // point's row is pushed at its own index.
+            Some(slot) => {
                 let rate = p.jobs_per_s;
-                rows.push((p, vec![rate]));
+                *slot = Some((p, vec![rate]));
             }
+            None => {}
         }
     }
     Ok(())
@@ -534,7 +563,7 @@ fn table(plan: &Plan, runs: &Runs, spread: Option<f64>) -> String {
     }
     let _ = write!(
         t,
-        "\nWorker points, the best of {rounds} runs each, as a share of the ceiling; each round (after that round's ceiling runs) starts further along the list below than the one before, by the number of points over the number of rounds, so that no point always runs in the same place in its round. A worker's rate is the wall time of its whole run: the worker's start, its connections, and the detection that the queue is drained are included. The CPU column is the best run's: the worker's own CPU per job (this process: the worker runs in it) of the machine's busy CPU per job (all cores, the server's included), its share, and how busy the machine's cores were.\n\n| concurrency | settings | batch | claims in flight | runs (jobs/s) | best jobs/s | of the ceiling | CPU per job: worker of machine |\n|---:|---|---:|---:|---|---:|---:|---|\n"
+        "\nWorker points, the best of {rounds} runs each, as a share of the ceiling; the default points run back to back in each round (the points the no-slower-than-a-smaller-concurrency target compares run under the same state of the machine, whose speed drifts from minute to minute), and each round (after that round's ceiling runs) starts further along the list below than the one before, the defaults' own order too, so that no point always runs in the same place in its round. A worker's rate is the wall time of its whole run: the worker's start, its connections, and the detection that the queue is drained are included. The CPU column is the best run's: the worker's own CPU per job (this process: the worker runs in it) of the machine's busy CPU per job (all cores, the server's included), its share, and how busy the machine's cores were.\n\n| concurrency | settings | batch | claims in flight | runs (jobs/s) | best jobs/s | of the ceiling | CPU per job: worker of machine |\n|---:|---|---:|---:|---|---:|---:|---|\n"
     );
     for (p, rates) in &runs.rows {
         let all: Vec<String> = rates.iter().map(|r| format!("{r:.0}")).collect();
@@ -652,7 +681,8 @@ mod tests {
 
     #[test]
     fn each_round_starts_further_along_so_that_no_point_always_runs_last() {
-        let order = |round| round_order(12, round, 3).collect::<Vec<_>>();
+        // No group: the plain rotation.
+        let order = |round| round_order(&[false; 12], round, 3);
         assert_eq!(order(0), (0..12).collect::<Vec<_>>());
         assert_eq!(order(1)[0], 4);
         assert_eq!(order(2)[0], 8);
@@ -667,11 +697,44 @@ mod tests {
         }
         let last: Vec<usize> = (0..3).map(|r| order(r)[11]).collect();
         assert_eq!(last, vec![11, 3, 7]);
-        assert_eq!(round_order(0, 1, 3).count(), 0);
+        assert!(round_order(&[], 1, 3).is_empty());
+        assert_eq!(round_order(&[false; 5], 0, 1), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn the_default_points_run_back_to_back_each_round_in_a_rotated_order() {
+        // The full plan's shape: defaults at 1, 2, 4, 7 and 10 of 12 points.
+        let defaults = [1, 2, 4, 7, 10];
+        let grouped: Vec<bool> = (0..12).map(|i| defaults.contains(&i)).collect();
+        let mut firsts = Vec::new();
+        let mut lasts = Vec::new();
+        for round in 0..3 {
+            let o = round_order(&grouped, round, 3);
+            let mut sorted = o.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..12).collect::<Vec<_>>(), "round {round}");
+            // The defaults are contiguous.
+            let at: Vec<usize> = o
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| defaults.contains(i))
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(at.len(), 5);
+            assert_eq!(at[4] - at[0], 4, "round {round}: {o:?}");
+            firsts.push(o[at[0]]);
+            lasts.push(*o.last().unwrap_or(&usize::MAX));
+        }
+        // The group's own order moves from round to round.
+        assert_eq!(firsts, vec![1, 2, 7]);
+        // Round 0 keeps the list's order, the group where its first point is.
         assert_eq!(
-            round_order(5, 0, 1).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3, 4]
+            round_order(&grouped, 0, 3),
+            vec![0, 1, 2, 4, 7, 10, 3, 5, 6, 8, 9, 11]
         );
+        // Not always the same point last.
+        lasts.dedup();
+        assert_eq!(lasts.len(), 3, "{lasts:?}");
     }
 
     #[test]
