@@ -858,8 +858,8 @@ async fn bench_quick_runs_every_scenario() {
     if peer.is_file() {
         assert_eq!(
             peers.len(),
-            6,
-            "3 of skiplock (one deleting the jobs it completes), 3 of graphile_worker: {peers:?}"
+            7,
+            "4 of skiplock (two deleting the jobs they complete), 3 of graphile_worker: {peers:?}"
         );
         assert!(peers.iter().all(|p| p["jobs_per_s"].as_f64() > Some(0.0)));
     } else {

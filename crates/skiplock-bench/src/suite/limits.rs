@@ -1,6 +1,8 @@
-//! The limits scenario: the flow-control overhead. Each setup three times, interleaved (so
-//! that a drift of the machine hits them alike), the median of each against the median of
-//! the same jobs without limits, and against the best raw-SQL ceiling of the same sitting.
+//! The limits scenario: the flow-control overhead. Each setup four times, interleaved (so
+//! that a drift of the machine hits them alike), each limited setup right beside the same
+//! jobs without limits and first of the two in every other round; the median of each against
+//! the median of the same jobs without limits, and against the best raw-SQL ceiling of the
+//! same sitting.
 
 use std::fmt::Write as _;
 
@@ -16,6 +18,18 @@ use crate::error::Result;
 /// The setups each round runs.
 const SETUPS: usize = 4;
 
+/// The order of the setups in round `round`: each limited setup (1 and 3) beside the same
+/// jobs without limits (0 and 2), after them in even rounds and before them in odd ones, so
+/// that whatever a run leaves behind (and the machine's drift within a pair) falls on each of
+/// the pair alike over an even number of rounds.
+fn order(round: usize) -> [usize; SETUPS] {
+    if round % 2 == 0 {
+        [0, 1, 2, 3]
+    } else {
+        [1, 0, 3, 2]
+    }
+}
+
 pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let (url, base) = (s.url, s.base);
     let jobs = s
@@ -25,7 +39,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let concurrency = 200;
     let keys = 1_000;
     let batch = WorkerConfig::default().max_claim_batch;
-    let rounds = if s.quick() { 1 } else { 3 };
+    let rounds = if s.quick() { 1 } else { 4 };
     let measured = s.ceiling.as_ref().filter(|c| c.jobs == jobs).cloned();
     let ceiling_runs = match (&measured, ceiling::program()) {
         (Some(_), _) => 0,
@@ -59,13 +73,14 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
         ),
     ];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
-    for _ in 0..rounds {
-        for (i, (name, w)) in setups.iter().enumerate() {
+    for round in 0..rounds {
+        for i in order(round) {
+            let (name, w) = &setups[i];
             s.observer.run(&format!("worker, {name}"));
             let p = bench::throughput(url, base, jobs, w).await?;
             s.observer.ran();
             s.point(serde_json::json!({
-                "scenario": "limits", "setup": name, "jobs": p.jobs,
+                "scenario": "limits", "round": round + 1, "setup": name, "jobs": p.jobs,
                 "concurrency": concurrency, "jobs_per_s": p.jobs_per_s,
                 "ceiling_jobs_per_s": ceiling,
             }));
@@ -93,7 +108,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     let _ = writeln!(
         t,
         "
-Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keyed runs spread the jobs evenly over {keys} keys. Each setup ran {rounds} times, interleaved. Ceiling: the best rate of the same sitting for the worker's claim and a fenced completion of the same number of jobs, {ceiling:.0} jobs/s ({ceiling_from}; see the throughput section)."
+Concurrency {concurrency}, default settings, {jobs} no-op jobs per run; the keyed runs spread the jobs evenly over {keys} keys. Each setup ran {rounds} times, interleaved: each limited setup right beside the same jobs without limits, after them in one round and before them in the next, so that whatever a run leaves behind falls on both alike. Ceiling: the best rate of the same sitting for the worker's claim and a fenced completion of the same number of jobs, {ceiling:.0} jobs/s ({ceiling_from}; see the throughput section)."
     );
     // Each limited run against the same jobs without limits: the plain jobs for the limit
     // that does not bind, the keyed jobs for the per-key limit.
@@ -155,4 +170,28 @@ async fn measure_ceiling(s: &mut Sitting<'_>, jobs: usize, batch: u32) -> Result
         jobs,
         cpu: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order;
+
+    #[test]
+    fn each_limited_setup_runs_beside_its_unlimited_one_first_in_every_other_round() {
+        for round in 0..4 {
+            let o = order(round);
+            let mut sorted = o;
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1, 2, 3], "every setup once in round {round}");
+            for (plain, limited) in [(0, 1), (2, 3)] {
+                let at = |x| o.iter().position(|&i| i == x).unwrap_or(usize::MAX);
+                assert_eq!(at(plain).abs_diff(at(limited)), 1, "a pair apart in {o:?}");
+                assert_eq!(
+                    at(limited) < at(plain),
+                    round % 2 == 1,
+                    "round {round}: {o:?}"
+                );
+            }
+        }
+    }
 }
