@@ -160,7 +160,13 @@ async fn server_version(url: &str) -> Option<String> {
 pub(super) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        // An even number of runs: the mean of the middle two, not the upper one.
+        _ if n % 2 == 0 => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        _ => v[n / 2],
+    }
 }
 
 /// A whole number with a comma between each group of three digits (`10,000`).
@@ -183,6 +189,16 @@ pub(super) fn thousands(n: impl std::fmt::Display) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_of_an_even_number_of_runs_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[3.0]), 3.0);
+        assert_eq!(median(&[5.0, 1.0, 3.0]), 3.0);
+        // The limits scenario's four runs of one setup, in the order they ran.
+        assert_eq!(median(&[51_987.0, 51_328.0, 46_816.0, 48_759.0]), 50_043.5);
+        assert_eq!(median(&[2.0, 1.0]), 1.5);
+    }
 
     #[test]
     fn thousands_groups_digits() {
