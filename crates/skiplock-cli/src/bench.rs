@@ -174,12 +174,13 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
         points,
     };
     let report = suite::run(&url, &target.schema, asked, &options, &mut printer).await?;
+    if let Some(header) = header {
+        out!("{}", report.markdown(&header));
+    }
+    // After the report: a points file that cannot be finished does not cost the report.
     if let (Some(w), Some(path)) = (printer.points.as_mut(), &args.points) {
         w.flush()
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    }
-    if let Some(header) = header {
-        out!("{}", report.markdown(&header));
     }
     Ok(())
 }

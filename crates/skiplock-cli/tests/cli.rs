@@ -1058,14 +1058,26 @@ async fn a_benchmark_task_that_fails_is_a_runtime_error() {
     let copy = dir.join("skiplock");
     std::fs::copy(assert_cmd::cargo::cargo_bin!("skiplock"), &copy).unwrap();
     let c = cmd(Some(&db), &["bench", "processes", "--quick"]);
-    let child = Command::new(&copy)
-        .env_remove("DATABASE_URL")
-        .env_remove("SKIPLOCK_HOME")
-        .args(c.get_args())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // The copy may still be open for writing in a child another test's thread forked while
+    // it was being written (until that child execs): the kernel then refuses to run it for
+    // a moment ("Text file busy"), so try again.
+    let mut tries = 0;
+    let child = loop {
+        match Command::new(&copy)
+            .env_remove("DATABASE_URL")
+            .env_remove("SKIPLOCK_HOME")
+            .args(c.get_args())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap(),
+        }
+    };
     // Running, so the file can go.
     std::fs::remove_dir_all(&dir).unwrap();
     let o = child.wait_with_output().unwrap();
