@@ -804,62 +804,115 @@ pub struct EnqueuePoint {
     /// `single` (one transaction per job, one connection), `single x8` (eight connections),
     /// `batch 1000`, `batch 10000`.
     pub mode: String,
-    /// Jobs enqueued.
+    /// Jobs enqueued per run.
     pub jobs: usize,
-    /// Jobs per second.
+    /// Jobs per second of the fastest run.
     pub jobs_per_s: f64,
+    /// Jobs per second of every run, in the order they ran.
+    pub runs: Vec<f64>,
 }
 
-/// Enqueue rates: single-row transactions on one and on eight connections, and the batch path.
-pub async fn enqueue(url: &str, base: &str, jobs: usize) -> Result<Vec<EnqueuePoint>> {
-    let mut out = Vec::new();
+/// How one enqueue mode sends its jobs.
+#[derive(Debug, Clone, Copy)]
+enum EnqueueMode {
+    /// One statement (and transaction) per job, on `tasks` connections taking turns.
+    Single { tasks: usize },
+    /// `enqueue_many` calls of this many jobs.
+    Batch(usize),
+}
+
+impl EnqueueMode {
+    fn label(self) -> String {
+        match self {
+            EnqueueMode::Single { tasks: 1 } => "single".into(),
+            EnqueueMode::Single { tasks } => format!("single x{tasks}"),
+            EnqueueMode::Batch(size) => format!("batch {size}"),
+        }
+    }
+
+    /// The jobs one run enqueues: a tenth of `jobs` one at a time (at least 100), `jobs` in
+    /// batches (whole batches, at least one).
+    fn jobs(self, jobs: usize) -> usize {
+        match self {
+            EnqueueMode::Single { tasks } => ((jobs / 10).max(100) / tasks).max(1) * tasks,
+            EnqueueMode::Batch(size) => (jobs / size).max(1) * size,
+        }
+    }
+
+    /// Enqueues [`EnqueueMode::jobs`] no-op jobs.
+    async fn run(self, client: &Client, job: &NewJob, jobs: usize) -> Result<()> {
+        match self {
+            EnqueueMode::Single { tasks } => {
+                let mut handles = Vec::new();
+                for _ in 0..tasks {
+                    let client = client.clone();
+                    let job = job.clone();
+                    handles.push(tokio::spawn(async move {
+                        for _ in 0..jobs / tasks {
+                            client.enqueue(&job).await?;
+                        }
+                        Ok::<(), skiplock::Error>(())
+                    }));
+                }
+                for h in handles {
+                    h.await.map_err(Error::task("an enqueue task"))??;
+                }
+            }
+            EnqueueMode::Batch(size) => {
+                let batch: Vec<NewJob> = (0..size).map(|_| job.clone()).collect();
+                for _ in 0..jobs / size {
+                    client.enqueue_many(&batch).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Enqueue rates: single-row transactions on one and on eight connections, and the batch path
+/// (calls of 1,000 and of 10,000 jobs), each `rounds` times, the modes taking turns (so that a
+/// drift of the machine hits them alike), the jobs table emptied (`TRUNCATE`) before each run.
+pub async fn enqueue(
+    url: &str,
+    base: &str,
+    jobs: usize,
+    rounds: usize,
+) -> Result<Vec<EnqueuePoint>> {
+    const OP: &str = "empty the bench tables";
+    let modes = [
+        EnqueueMode::Single { tasks: 1 },
+        EnqueueMode::Single { tasks: 8 },
+        EnqueueMode::Batch(1_000),
+        EnqueueMode::Batch(10_000),
+    ];
     let s = Scratch::new(url, base, "enq", 10).await?;
     let job = NewJob::from_json("noop", "{\"n\": 1}").queue(QUEUE);
-    let single = (jobs / 10).max(100);
-    let started = Instant::now();
-    for _ in 0..single {
-        s.client.enqueue(&job).await?;
-    }
-    out.push(EnqueuePoint {
-        mode: "single".into(),
-        jobs: single,
-        jobs_per_s: single as f64 / started.elapsed().as_secs_f64().max(1e-9),
-    });
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let client = s.client.clone();
-        let job = job.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..single / 8 {
-                client.enqueue(&job).await?;
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+    let measured = async {
+        for _ in 0..rounds.max(1) {
+            for (i, mode) in modes.iter().enumerate() {
+                s.execute(Statement::BenchTruncate, OP).await?;
+                let n = mode.jobs(jobs);
+                let started = Instant::now();
+                mode.run(&s.client, &job, n).await?;
+                runs[i].push(n as f64 / started.elapsed().as_secs_f64().max(1e-9));
             }
-            Ok::<(), skiplock::Error>(())
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(Error::task("an enqueue task"))??;
-    }
-    out.push(EnqueuePoint {
-        mode: "single x8".into(),
-        jobs: single / 8 * 8,
-        jobs_per_s: (single / 8 * 8) as f64 / started.elapsed().as_secs_f64().max(1e-9),
-    });
-    for size in [1_000usize, 10_000] {
-        let batch: Vec<NewJob> = (0..size).map(|_| job.clone()).collect();
-        let rounds = (jobs / size).max(1);
-        let started = Instant::now();
-        for _ in 0..rounds {
-            s.client.enqueue_many(&batch).await?;
         }
-        out.push(EnqueuePoint {
-            mode: format!("batch {size}"),
-            jobs: rounds * size,
-            jobs_per_s: (rounds * size) as f64 / started.elapsed().as_secs_f64().max(1e-9),
-        });
+        Ok::<(), Error>(())
     }
+    .await;
     s.drop_now().await?;
-    Ok(out)
+    measured?;
+    Ok(modes
+        .iter()
+        .zip(runs)
+        .map(|(mode, runs)| EnqueuePoint {
+            mode: mode.label(),
+            jobs: mode.jobs(jobs),
+            jobs_per_s: runs.iter().copied().fold(0.0, f64::max),
+            runs,
+        })
+        .collect())
 }
 
 /// One history point.

@@ -202,3 +202,29 @@ async fn refused_options_run_nothing() {
     assert!(e.is_invalid_input(), "{e}");
     assert_eq!(left(&db).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_enqueue_mode_runs_each_round_and_its_best_run_counts() {
+    let db = TestDb::new().await;
+    let points = skiplock_bench::bench::enqueue(db.url(), db.schema(), 2_000, 2)
+        .await
+        .unwrap();
+    let modes: Vec<(&str, usize)> = points.iter().map(|p| (p.mode.as_str(), p.jobs)).collect();
+    assert_eq!(
+        modes,
+        [
+            ("single", 200),
+            ("single x8", 200),
+            ("batch 1000", 2_000),
+            // At least one whole batch.
+            ("batch 10000", 10_000),
+        ]
+    );
+    for p in &points {
+        assert_eq!(p.runs.len(), 2, "{p:?}");
+        assert!(p.runs.iter().all(|r| *r > 0.0), "{p:?}");
+        let best = p.runs.iter().copied().fold(0.0, f64::max);
+        assert_eq!(p.jobs_per_s, best, "{p:?}");
+    }
+    assert_eq!(left(&db).await, 0, "the scratch schema is dropped");
+}
