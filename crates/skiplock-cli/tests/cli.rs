@@ -858,8 +858,8 @@ async fn bench_quick_runs_every_scenario() {
     if peer.is_file() {
         assert_eq!(
             peers.len(),
-            7,
-            "4 of skiplock (two deleting the jobs they complete), 3 of graphile_worker: {peers:?}"
+            8,
+            "5 of skiplock (three deleting the jobs they complete), 3 of graphile_worker: {peers:?}"
         );
         assert!(peers.iter().all(|p| p["jobs_per_s"].as_f64() > Some(0.0)));
     } else {
@@ -1045,6 +1045,24 @@ async fn bench_peers_without_the_peer_says_how_to_build_it() {
     let md = ok(&o);
     assert!(md.contains("\n## Against graphile_worker\n\nNot measured: SKIPLOCK_PEER_GRAPHILE names /nonexistent/skiplock-peer-graphile, which is not a file: build it with `cargo build --release -p skiplock-bench --features peers --bin skiplock-peer-graphile`"), "{md}");
     assert!(md.contains("| not measured: "), "{md}");
+}
+
+/// Each split of `bench processes` is a line of the report's targets, beside its section's
+/// own verdict.
+#[tokio::test]
+async fn bench_processes_lists_each_split_among_the_targets() {
+    let db = TestDb::new().await;
+    let o = run(Some(&db), &["bench", "processes", "--quick", "--markdown"]);
+    let md = ok(&o);
+    let targets = md
+        .split("\n## Targets\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no targets: {md}"));
+    assert!(
+        targets.contains("| 2 processes of concurrency 100: >= 0.90x one process of 200 | "),
+        "{targets}"
+    );
+    assert_no_scratch_schemas(&db).await;
 }
 
 /// A task of a benchmark that fails is a runtime error (exit 1), not a refused input (exit

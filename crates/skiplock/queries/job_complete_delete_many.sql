@@ -6,8 +6,8 @@
 -- $1 ids, $2 the attempts each claim returned, $3 outputs (JSON text, NULL for none); one
 -- array element per job. The guard, the locks (in id order, one primary-key probe each,
 -- waiting up to the statement's own lock_timeout for a row another session holds) and the
--- answers are job_complete_many.sql's: one row per element written, n its 1-based position,
--- result 'written' and status 'done'; an element with no row was lost.
+-- answer are job_complete_many.sql's: one row whose `n` holds the 1-based positions of the
+-- elements written (done, or deleted); an element not in it was lost.
 --
 -- A job whose row is ours is deleted instead of updated to `done`, unless it must be kept:
 -- an output to keep readable (W1), or a workflow member (it waits for parents, `after`, or
@@ -51,13 +51,13 @@ WITH o AS MATERIALIZED (
   FROM l
   WHERE l.ours AND NOT l.gone
     AND j.id = l.id
-  RETURNING l.n, j.run_at, j.queue
+  RETURNING l.n, j.queue
 ), deleted AS (
   DELETE FROM {schema}.jobs j
   USING l
   WHERE l.ours AND l.gone
     AND j.id = l.id
-  RETURNING l.n, j.run_at, j.queue
+  RETURNING l.n, j.queue
 ), counted AS (
   INSERT INTO {schema}.done_deleted AS c (session, minute, queue, n)
   SELECT pg_backend_pid(), date_trunc('minute', now()), queue, count(*)
@@ -83,5 +83,5 @@ WITH o AS MATERIALIZED (
 ), woken AS (
   SELECT pg_notify({channel}, name) FROM bound
 )
-SELECT n, 'written' AS result, 'done' AS status, run_at, 0::int8 AS retry_in_us FROM ended
+SELECT coalesce(array_agg(n), '{}') AS n FROM ended
 WHERE (SELECT count(*) FROM woken) >= 0

@@ -5,9 +5,11 @@
 -- array element per job. The guard is job_finish_many.sql's: the row is still running at
 -- the attempt its claim returned (the fencing token), checked on the locked, latest row
 -- version (the row as locked), in a materialized CTE: the UPDATE then joins only on id.
--- Returns one row per element written: n (its 1-based position), result
--- 'written', the status ('done'), run_at and retry_in_us (0). An element with no row was
--- lost: the job is no longer this claim's.
+-- Returns one row, whatever the batch: `n`, the 1-based positions of the elements written
+-- (each now `done`), in no particular order. An element not in it was lost: the job is no
+-- longer this claim's. One array instead of a row per element: a batch of 1,000 costs the
+-- server one result row to form and send, and the worker one value to decode (the rows
+-- cost the worker about a tenth of its CPU per job).
 --
 -- Locks: the input is sorted by id and each element locks its row with one primary-key
 -- probe (a LATERAL subquery by id only, so that no partial index on status can be picked
@@ -56,7 +58,7 @@ WITH o AS MATERIALIZED (
   FROM l
   WHERE l.ours
     AND j.id = l.id
-  RETURNING l.n, j.run_at, j.queue
+  RETURNING l.n, j.queue
 ), bound AS MATERIALIZED (
   SELECT q.name
   FROM {schema}.queues q
@@ -64,5 +66,5 @@ WITH o AS MATERIALIZED (
 ), woken AS (
   SELECT pg_notify({channel}, name) FROM bound
 )
-SELECT n, 'written' AS result, 'done' AS status, run_at, 0::int8 AS retry_in_us FROM written
+SELECT coalesce(array_agg(n), '{}') AS n FROM written
 WHERE (SELECT count(*) FROM woken) >= 0

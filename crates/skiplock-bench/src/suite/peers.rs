@@ -168,6 +168,12 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
             W::defaults(400).batch(1_000).prepared().delete_done(),
             "batch 1,000, prepared statements, completed jobs deleted",
         ),
+        // Larger claims still, as graphile_worker's best configuration fetches 5,000 at a
+        // time into its local queue.
+        Setup::Skiplock(
+            W::defaults(800).batch(2_000).prepared().delete_done(),
+            "batch 2,000, prepared statements, completed jobs deleted",
+        ),
         Setup::Graphile {
             concurrency: 200,
             local_queue: 0,
@@ -234,7 +240,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     }
     let _ = writeln!(
         t,
-        "\nBoth queues drain the same number of pre-enqueued no-op jobs on the same cluster, the runs interleaved in {rounds} rounds (best of each). skiplock's runs are the throughput scenario's (wall time from the worker's start to its drain; prepared statements off but in the last of its settings, which puts the throughput scenario's fastest settings together); graphile_worker (0.14, as published) runs as the bench crate's own binary `{PEER}` (`{BUILD}`), with its jobs enqueued by its own `add_jobs` in one statement before its worker starts, timed from the worker's start until its jobs table is empty (polled every 10 ms). Its local queue takes up to that many jobs in one claim and holds them locked beyond its concurrency; skiplock claims at most `max_claim_batch` per claim, and beyond a queue's free slots only while its jobs are short (`claim_ahead`, on by default: at most `max_claim_batch` times its claims in flight, as many as its slots start within 5 ms). graphile_worker deletes each job as it completes; skiplock keeps it as `done` until pruning unless `delete_done` is on (\"completed jobs deleted\"), which does the same work.",
+        "\nBoth queues drain the same number of pre-enqueued no-op jobs on the same cluster, the runs interleaved in {rounds} rounds (best of each). skiplock's runs are the throughput scenario's (wall time from the worker's start to its drain; prepared statements off but in the last two of its settings: the throughput scenario's fastest settings together, and the same with claims of 2,000 at concurrency 800); graphile_worker (0.14, as published) runs as the bench crate's own binary `{PEER}` (`{BUILD}`), with its jobs enqueued by its own `add_jobs` in one statement before its worker starts, timed from the worker's start until its jobs table is empty (polled every 10 ms). Its local queue takes up to that many jobs in one claim and holds them locked beyond its concurrency; skiplock claims at most `max_claim_batch` per claim, and beyond a queue's free slots only while its jobs are short (`claim_ahead`, on by default: at most `max_claim_batch` times its claims in flight, as many as its slots start within 5 ms). graphile_worker deletes each job as it completes; skiplock keeps it as `done` until pruning unless `delete_done` is on (\"completed jobs deleted\"), which does the same work.",
     );
     // skiplock's best setting against graphile_worker's best, the defaults' ratio beside it.
     let (ours, ours_best) = (0..setups.len())

@@ -87,6 +87,23 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
         } else {
             "**missed** (≥ 0.90x)"
         };
+        if p.processes > 1 {
+            s.target(
+                format!(
+                    "{} processes of concurrency {}: >= {TARGET:.2}x one process of {}",
+                    p.processes,
+                    p.concurrency,
+                    points.first().map_or(total, |(one, _)| one.concurrency)
+                ),
+                format!(
+                    "{}x ({:.0} vs {one:.0} jobs/s; medians {:.2}x)",
+                    ratio_cell(ratio),
+                    p.jobs_per_s,
+                    median(all) / one_median.max(1e-9)
+                ),
+                Some(ratio >= TARGET),
+            );
+        }
         let listed: Vec<String> = all.iter().map(|r| format!("{r:.0}")).collect();
         let _ = writeln!(
             t,

@@ -258,10 +258,9 @@ impl Store {
         delete_done: bool,
     ) -> Result<Vec<Verdict<Written>>> {
         const OP: &str = "write job outcomes";
-        let raw = complete_many(&***conn, self.cache(conn), &self.sql, batch, delete_done)
+        complete_many(&***conn, self.cache(conn), &self.sql, batch, delete_done)
             .await
-            .map_err(Error::db(OP))?;
-        raw.into_iter().map(|v| written(OP, v)).collect()
+            .map_err(Error::db(OP))
     }
 
     /// `job_finish_many.sql` with a batch of one, as an unnamed statement.

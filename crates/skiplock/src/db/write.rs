@@ -32,7 +32,8 @@ impl<T> Verdict<T> {
     }
 }
 
-/// A written outcome: the job's new status and run_at, and run_at - now() in microseconds.
+/// A written outcome: the job's new status and run_at, and run_at - now() in microseconds
+/// (read for a job back in the queue; a job now done has the time its completion was read).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Written {
     pub state: JobState,
@@ -203,7 +204,7 @@ pub(super) async fn complete_many<C: GenericClient + Sync>(
     sql: &Sql,
     batch: &[Finish],
     delete_done: bool,
-) -> Result<Vec<Verdict<RawWritten>>, PgError> {
+) -> Result<Vec<Verdict<Written>>, PgError> {
     if batch.is_empty() {
         return Ok(Vec::new());
     }
@@ -226,10 +227,33 @@ pub(super) async fn complete_many<C: GenericClient + Sync>(
         ],
     )
     .await?;
-    let at = rows.first().and_then(|r| super::positions(r, WRITTEN));
-    by_position(batch.len(), &rows, |r, _| {
-        Ok(Verdict::Applied(raw_written(r, at)?))
-    })
+    let written: Vec<i64> = match rows.first() {
+        Some(r) => r.try_get("n")?,
+        None => Vec::new(),
+    };
+    Ok(completed_at(batch.len(), &written, SystemTime::now()))
+}
+
+/// The verdicts of a batch of `len` completions whose elements at the 1-based positions
+/// `written` were written (now done, or deleted); every other element was lost, as is one
+/// the statement did not name (a duplicate id in one batch). `now` stands for the run_at
+/// of a job now done, which nothing reads.
+fn completed_at(len: usize, written: &[i64], now: SystemTime) -> Vec<Verdict<Written>> {
+    let mut out: Vec<Verdict<Written>> = (0..len).map(|_| Verdict::Lost).collect();
+    for &n in written {
+        if let Some(slot) = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| out.get_mut(i))
+        {
+            *slot = Verdict::Applied(Written {
+                state: JobState::Done,
+                run_at: now,
+                retry_in_us: 0,
+            });
+        }
+    }
+    out
 }
 
 /// Renews many leases; returns one verdict per element of `jobs`, in its order.
@@ -278,4 +302,23 @@ pub(crate) fn ascii_escaped(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_completion_names_the_positions_written_and_every_other_element_is_lost() {
+        let now = SystemTime::now();
+        let done = Verdict::Applied(Written {
+            state: JobState::Done,
+            run_at: now,
+            retry_in_us: 0,
+        });
+        // In no particular order; a position outside the batch (0, 5, negative) names none.
+        let v = completed_at(4, &[3, 1, 0, 5, -1], now);
+        assert_eq!(v, vec![done, Verdict::Lost, done, Verdict::Lost]);
+        assert_eq!(completed_at(2, &[], now), vec![Verdict::Lost; 2]);
+    }
 }
