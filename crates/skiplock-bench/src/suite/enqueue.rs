@@ -49,9 +49,14 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
             p.jobs_per_s
         );
     }
+    let times = if rounds == 1 {
+        "once".to_owned()
+    } else {
+        format!("{rounds} times")
+    };
     let _ = writeln!(
         t,
-        "\nEach mode ran {rounds} time(s), the modes taking turns, each run into an emptied jobs \
+        "\nEach mode ran {times}, the modes taking turns, each run into an emptied jobs \
          table (`TRUNCATE`); the best run counts. `single`: one `enqueue` (one statement and \
          transaction) per job; `single x8`: the same from eight tasks at once; `batch N`: \
          `enqueue_many` calls of N jobs (one statement each). Times include the library's \
