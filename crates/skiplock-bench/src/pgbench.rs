@@ -4,8 +4,9 @@
 //! best rate of those runs is the most the server does for the work: the worker's figures are
 //! shares of it. Each client count runs three scripts: the claim with the leanest fenced
 //! completion, with the worker's `job_complete_many.sql`, and the worker's claim through a
-//! backlog (`job_claim_in_turn.sql`: the same claim behind the queue's advisory lock) with
-//! `job_complete_many.sql`; the best of them all is the ceiling.
+//! backlog (the same claim in a transaction that first locks the queue's turn:
+//! `job_claim_in_turn.sql`) with `job_complete_many.sql`; the best of them all is the
+//! ceiling.
 //!
 //! pgbench's scripts are generated here from the statements themselves: the claim's
 //! parameters become pgbench variables (`:queue`, `:batch`, `:lease`), and its rows are folded
@@ -34,12 +35,13 @@ pub enum Completion {
     Lean,
     /// The worker's own statement for successes, `job_complete_many.sql`.
     Worker,
-    /// The worker's claim through a backlog, `job_claim_in_turn.sql` (`job_claim.sql` behind
-    /// the queue's advisory lock, migration 16), then `job_complete_many.sql`; a claim that
-    /// waits for its turn takes up to what the worker's would by default (migration 19,
-    /// `WorkerConfig::claim_batch_waited`: four times the batch).
+    /// The worker's claim through a backlog after a wait for its turn (`job_claim.sql` in a
+    /// transaction that first locks the queue's turn, `job_claim_in_turn.sql`, migration
+    /// 24), then `job_complete_many.sql`; each claim takes up to what the worker's takes
+    /// after a wait by default (migration 19, `WorkerConfig::claim_batch_waited`: four times
+    /// the batch).
     InTurn,
-    /// The same, with a claim that waits for its turn taking up to twice the batch: a
+    /// The same, with each claim in turn taking up to twice the batch: a
     /// setting beside the worker's default, so that the ceiling is the server's best for
     /// the claims in turn whichever of the two suits it.
     InTurnDouble,
@@ -135,29 +137,24 @@ pub fn find() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The claim in turn (`job_claim_in_turn.sql`), rendered for `client`'s schema, as a pgbench
-/// command that stores the claimed ids and attempts in `:ids` and `:att`.
+/// The claim in turn as the worker makes it after a wait for its turn, rendered for
+/// `client`'s schema, as pgbench commands that store the claimed ids and attempts in `:ids`
+/// and `:att`: `job_claim_in_turn.sql` (BEGIN, and LOCK of the bench queue's turn, waiting
+/// for it), `job_claim.sql` of up to `:batch_waited`, and `job_claim_turn_end.sql` (COMMIT).
+/// pgbench cannot first try the turn without waiting, as the worker does, and take `:batch`
+/// when it finds it free: every claim here takes the larger batch.
 fn claim_in_turn_command(client: &Client) -> Result<String> {
-    const CALL: &str = ".claim_in_turn($1, $2, $3, $4, $5, $6, $7)";
-    let sql = client.statement(skiplock::Statement::ClaimInTurn);
-    let Some(call) = sql.lines().find(|l| l.contains(CALL)) else {
+    let turn = client.statement(skiplock::Statement::ClaimInTurn);
+    if !turn.contains("{turn}") || !turn.contains("LOCK TABLE") {
         return Err(Error::refused(
-            "job_claim_in_turn.sql no longer calls claim_in_turn($1, … $7): the pgbench \
-             script cannot wrap it (see the bench's pgbench module)",
+            "job_claim_in_turn.sql no longer locks claim_turn_{turn}: the pgbench script \
+             cannot wrap it (see the bench's pgbench module)",
         ));
-    };
-    let call = call
-        .replace("$1", ":queue")
-        .replace("$7", ":batch_waited")
-        .replace("$2", ":batch")
-        .replace("$3", ":lease")
-        .replace("$4", "(-32768)::int2")
-        .replace("$5", "NULL")
-        .replace("$6", "(-9223372036854775808)::int8");
-    Ok(format!(
-        "WITH got AS ({call})\nSELECT coalesce(array_agg(id ORDER BY id), '{{}}')::text AS ids,\n       \
-         coalesce(array_agg(attempts ORDER BY id), '{{}}')::text AS att\nFROM got\n\\gset\n"
-    ))
+    }
+    let turn = turn.replace("{turn}", &skiplock::claim_turn(QUEUE).to_string());
+    let claim = claim_command(client)?.replace(":batch", ":batch_waited");
+    let end = client.statement(skiplock::Statement::ClaimTurnEnd);
+    Ok(format!("{turn};\n{claim}{end};\n"))
 }
 
 /// The claim, rendered for `client`'s schema, as a pgbench command that stores the claimed

@@ -169,9 +169,9 @@ pub struct Args {
     no_claim_ahead: bool,
     /// Let this worker's claims through a backlog run at once with other workers' claims of
     /// the queue. By default, while its last claim came back full, a claim waits its turn
-    /// behind the queue's other such claims on this database (an advisory lock held for the
-    /// claim's statement), which costs the server less than claims stepping past each
-    /// other's rows at the queue's front.
+    /// behind the queue's other such claims on this database (a lock of the queue's turn,
+    /// held for the claim's short transaction), which costs the server less than claims
+    /// stepping past each other's rows at the queue's front.
     #[arg(long)]
     no_claim_in_turn: bool,
     /// Delete each job that completes instead of keeping it as done until pruning (a job with

@@ -78,6 +78,7 @@ pub use caller_tx::{Conn, Executor};
 #[allow(deprecated)]
 pub use client::DEFAULT_LEASE;
 pub use client::{Client, ClientBuilder, ServerTimeouts};
+pub use db::job::{claim_turn, CLAIM_TURNS};
 pub use db::Statement;
 pub use error::{Error, Result};
 pub use handler::{

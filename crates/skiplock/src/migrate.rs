@@ -139,6 +139,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_update_by_primary_key",
         sql: include_str!("../migrations/0023_claim_update_by_primary_key.sql"),
     },
+    Migration {
+        version: 24,
+        name: "claim_turns",
+        sql: include_str!("../migrations/0024_claim_turns.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

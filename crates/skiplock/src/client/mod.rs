@@ -390,6 +390,33 @@ impl Client {
             .await
     }
 
+    /// For skiplock's own tests; never use it. The worker's claim while it works through a
+    /// backlog: a claim in turn (migration 24) of up to `limit` jobs of `queue`, or up to
+    /// `waited` if it had to wait for its turn, leased for `lease`.
+    #[doc(hidden)]
+    #[cfg(feature = "__test-hooks")]
+    pub async fn claim_in_turn_for_tests(
+        &self,
+        queue: &str,
+        limit: u32,
+        waited: u32,
+        lease: Duration,
+    ) -> Result<Vec<ClaimedJob>> {
+        input::queue_name(queue)?;
+        let lease_us = input::lease_micros(lease)?;
+        let conn = self.conn("claim jobs").await?;
+        self.store()
+            .job_claim(
+                &conn,
+                queue,
+                i64::from(limit),
+                lease_us,
+                &After::FRONT,
+                Some(i64::from(waited)),
+            )
+            .await
+    }
+
     /// Marks a job done, if it is still `running` with this `attempt`.
     ///
     /// [`Transition::Lost`] means the job is no longer this claim's: nothing was written, and

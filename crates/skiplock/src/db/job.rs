@@ -140,9 +140,9 @@ impl Store {
 
     /// `job_claim.sql`: claims up to `limit` ready jobs of `queue` on a pooled connection
     /// (a prepared statement cached on it when prepared statements are on), in claim order.
-    /// Only jobs after `after` ([`After::FRONT`]: all of them). `in_turn`: through
-    /// `job_claim_in_turn.sql` (the same claim, one at a time per queue across sessions),
-    /// taking up to the given number instead of `limit` if it had to wait for its turn.
+    /// Only jobs after `after` ([`After::FRONT`]: all of them). `in_turn`: as a claim in
+    /// turn ([`claim_in_turn`]: one at a time per queue's turn across sessions), taking up to
+    /// the given number instead of `limit` if it had to wait for its turn.
     pub(crate) async fn job_claim(
         &self,
         conn: &Object,
@@ -152,23 +152,31 @@ impl Store {
         after: &After,
         in_turn: Option<i64>,
     ) -> Result<Vec<ClaimedJob>> {
-        let statement = if in_turn.is_some() {
-            &self.sql.claim_in_turn
-        } else {
-            &self.sql.claim
+        let cache = self.cache(conn);
+        let claimed = match in_turn {
+            Some(waited) => {
+                let c = ClaimArgs {
+                    queue,
+                    limit,
+                    lease_us,
+                    after,
+                };
+                claim_in_turn(&***conn, cache, &self.sql, &c, waited).await
+            }
+            None => {
+                claim(
+                    &***conn,
+                    cache,
+                    &self.sql.claim,
+                    queue,
+                    limit,
+                    lease_us,
+                    after,
+                )
+                .await
+            }
         };
-        claim(
-            &***conn,
-            self.cache(conn),
-            statement,
-            queue,
-            limit,
-            lease_us,
-            after,
-            in_turn,
-        )
-        .await
-        .map_err(Error::db("claim jobs"))
+        claimed.map_err(Error::db("claim jobs"))
     }
 
     /// `job_reap.sql`: one reaper round (at most [`REAP_BATCH`] rows of each kind); the
@@ -511,11 +519,8 @@ impl After {
     }
 }
 
-/// Claims up to `limit` ready jobs of `queue` after `after`, in claim order: what
-/// [`Store::job_claim`] runs. `waited`: `job_claim_in_turn.sql`'s `$7` (the most to take
-/// after a wait for the turn); `None` for `job_claim.sql`, which has six parameters.
-// One argument per parameter of the statement, plus the connection and its cache.
-#[allow(clippy::too_many_arguments)]
+/// Claims up to `limit` ready jobs of `queue` after `after` with `statement`
+/// (`job_claim.sql`), in claim order.
 pub(crate) async fn claim<C: GenericClient + Sync>(
     c: &C,
     cache: Cache<'_>,
@@ -524,25 +529,183 @@ pub(crate) async fn claim<C: GenericClient + Sync>(
     limit: i64,
     lease_us: i64,
     after: &After,
-    waited: Option<i64>,
 ) -> Result<Vec<ClaimedJob>, PgError> {
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![
-        (&queue, Type::TEXT),
-        (&limit, Type::INT8),
-        (&lease_us, Type::INT8),
-        (&after.priority, Type::INT2),
-        (&after.run_at, Type::TIMESTAMPTZ),
-        (&after.id, Type::INT8),
-    ];
-    // `job_claim_in_turn.sql`'s $7: the most to take after waiting for the turn.
-    if let Some(waited) = &waited {
-        params.push((waited, Type::INT8));
+    let args = ClaimArgs {
+        queue,
+        limit,
+        lease_us,
+        after,
+    };
+    let rows = rows(c, cache, statement, &args.params()).await?;
+    in_claim_order(&rows)
+}
+
+/// `job_claim.sql`'s parameters.
+pub(crate) struct ClaimArgs<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) limit: i64,
+    pub(crate) lease_us: i64,
+    pub(crate) after: &'a After,
+}
+
+impl ClaimArgs<'_> {
+    /// `job_claim.sql`'s `$1`-`$6`.
+    fn params(&self) -> [(&(dyn ToSql + Sync), Type); 6] {
+        [
+            (&self.queue, Type::TEXT),
+            (&self.limit, Type::INT8),
+            (&self.lease_us, Type::INT8),
+            (&self.after.priority, Type::INT2),
+            (&self.after.run_at, Type::TIMESTAMPTZ),
+            (&self.after.id, Type::INT8),
+        ]
     }
-    let rows = rows(c, cache, statement, &params).await?;
-    let mut jobs = claimed_jobs(&rows)?;
-    // UPDATE ... RETURNING has no order; hand jobs out in claim order.
+}
+
+/// A claim's rows as jobs, in claim order (UPDATE ... RETURNING has none).
+fn in_claim_order(rows: &[Row]) -> Result<Vec<ClaimedJob>, PgError> {
+    let mut jobs = claimed_jobs(rows)?;
     jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
     Ok(jobs)
+}
+
+/// How many turns the claims in turn of a schema's queues share (the views `claim_turn_0`
+/// to `claim_turn_15`, migration 24).
+pub const CLAIM_TURNS: u32 = 16;
+
+/// The turn a queue's claims in turn take: the view `claim_turn_<n>` they lock (migration
+/// 24), `n` being the 64-bit FNV-1a hash of the queue's name (its UTF-8 bytes) modulo
+/// [`CLAIM_TURNS`]. The same in every version, so that the workers of two versions during an
+/// upgrade take the same turns. Two queues share a turn one time in sixteen: their claims in
+/// turn then take turns with each other.
+pub fn claim_turn(queue: &str) -> u32 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = queue
+        .bytes()
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    // The remainder is below 16: it fits.
+    u32::try_from(hash % u64::from(CLAIM_TURNS)).unwrap_or(0)
+}
+
+/// What one attempt at a claim in turn came to.
+enum Turn {
+    /// The turn was had (or the connection failed): the claim's result.
+    Claimed(Result<Vec<ClaimedJob>, PgError>),
+    /// Another session's claim held the turn (`lock_not_available`): `NOWAIT`, or the 2 s
+    /// wait of `job_claim_in_turn.sql` ran out.
+    Busy,
+    /// The turn statement failed otherwise (no right to lock the turn's view, say, or a
+    /// schema without migration 24): the claim is made without a turn.
+    Refused(PgError),
+}
+
+/// Whether the worker already said that its claims in turn fell back to plain claims.
+static TURN_REFUSED_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A claim in turn (migration 24): `job_claim_turn_try.sql` (`BEGIN`, and `LOCK` of the
+/// queue's turn without waiting), then `job_claim.sql` of `limit`, then COMMIT, sent in one
+/// round trip. If another session's claim holds the turn: `job_claim_in_turn.sql` (`BEGIN`,
+/// and `LOCK` of the turn, waiting up to 2 s), then `job_claim.sql` of `waited` (at least
+/// `limit`), then COMMIT, again in one round trip. LOCK takes no snapshot: a claim waiting
+/// for its turn holds back no one's view of which rows are dead, and the claim's snapshot
+/// is taken once its turn has come. A turn that does not come within 2 s, or that cannot
+/// be taken at all, gives way to `job_claim.sql` alone, of `limit`, without a turn.
+pub(crate) async fn claim_in_turn<C: GenericClient + Sync>(
+    c: &C,
+    cache: Cache<'_>,
+    sql: &Sql,
+    args: &ClaimArgs<'_>,
+    waited: i64,
+) -> Result<Vec<ClaimedJob>, PgError> {
+    let turn = claim_turn(args.queue).to_string();
+    let tried = sql.claim_turn_try.replace("{turn}", &turn);
+    let refused = match in_turn(c, cache, sql, &tried, args).await {
+        Turn::Claimed(r) => return r,
+        Turn::Refused(e) => Some(e),
+        Turn::Busy => {
+            let waiting = sql.claim_in_turn.replace("{turn}", &turn);
+            let larger = ClaimArgs {
+                limit: waited.max(args.limit),
+                ..*args
+            };
+            match in_turn(c, cache, sql, &waiting, &larger).await {
+                Turn::Claimed(r) => return r,
+                // The turn did not come within 2 s: claimed without it.
+                Turn::Busy => None,
+                Turn::Refused(e) => Some(e),
+            }
+        }
+    };
+    if let Some(e) = refused {
+        if !TURN_REFUSED_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                error = %e,
+                "claims in turn cannot take their turn; claiming without it (migration 24 gives every role that may use the schema the right to)"
+            );
+        }
+    }
+    claim(
+        c,
+        cache,
+        &sql.claim,
+        args.queue,
+        args.limit,
+        args.lease_us,
+        args.after,
+    )
+    .await
+}
+
+/// One attempt at a claim in turn: `turn_sql` (which opens the transaction and locks the
+/// turn), `job_claim.sql` and COMMIT, pipelined. A prepared claim is prepared (or found in
+/// the connection's cache) first, so that the three go out together, in order.
+async fn in_turn<C: GenericClient + Sync>(
+    c: &C,
+    cache: Cache<'_>,
+    sql: &Sql,
+    turn_sql: &str,
+    args: &ClaimArgs<'_>,
+) -> Turn {
+    let params = args.params();
+    let prepared = match cache {
+        Some(w) => {
+            let types: Vec<Type> = params.iter().map(|p| p.1.clone()).collect();
+            match w.prepare_typed_cached(&sql.claim, &types).await {
+                Ok(p) => Some(p),
+                Err(e) => return Turn::Claimed(Err(e)),
+            }
+        }
+        None => None,
+    };
+    let claim = async {
+        match &prepared {
+            Some(p) => {
+                let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.0).collect();
+                c.query(p, &values).await
+            }
+            None => c.query_typed(&sql.claim, &params).await,
+        }
+    };
+    // `join3` polls the three in order, and each sends its messages when first polled: the
+    // server receives BEGIN and LOCK, the claim, then COMMIT.
+    let (turn, rows, end) = futures_util::future::join3(
+        c.batch_execute(turn_sql),
+        claim,
+        c.batch_execute(&sql.claim_turn_end),
+    )
+    .await;
+    match turn {
+        Ok(()) => Turn::Claimed(rows.and_then(|rows| {
+            end?;
+            in_claim_order(&rows)
+        })),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+            Turn::Busy
+        }
+        Err(e) if e.code().is_some() => Turn::Refused(e),
+        Err(e) => Turn::Claimed(Err(e)),
+    }
 }
 
 pub(super) fn claimed_job(r: &Row) -> Result<ClaimedJob, PgError> {

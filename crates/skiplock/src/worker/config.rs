@@ -95,11 +95,14 @@ pub struct WorkerConfig {
     pub claim_ahead: bool,
     /// Whether a queue working through a backlog claims in turn with the other workers of
     /// the queue on this database (default true): while its last claim came back full, a
-    /// claim goes through `claim_in_turn()` (migration 16, `job_claim_in_turn.sql`), the same
-    /// claim behind a transaction-scoped advisory lock per queue, so such claims run one at a
-    /// time across processes, each after the one before it committed, instead of stepping
-    /// past each other's rows at the queue's front. Short claims (no backlog) never wait for
-    /// it, and a claim waits 2 s at most for its turn, then claims without it. On two cores,
+    /// claim runs in a short transaction that first locks the queue's turn (migration 24:
+    /// `job_claim_turn_try.sql`, or `job_claim_in_turn.sql` to wait for it, then
+    /// `job_claim.sql`, then COMMIT, in one round trip), so such claims run one at a time
+    /// across processes, each after the one before it committed, instead of stepping past
+    /// each other's rows at the queue's front. The wait takes no snapshot, so claims queued
+    /// for the turn hold back no one's view of which rows are dead. Short claims (no
+    /// backlog) never wait for it, and a claim waits 2 s at most for its turn, then claims
+    /// without it. On two cores,
     /// eight processes of concurrency 25 drained a queue of no-op jobs 10-15% faster with it,
     /// spending a fifth less of the server's CPU per job (docs/SCALING.md); `false` lets the
     /// claims of several processes run at once, which may suit a server with many cores and

@@ -429,24 +429,26 @@ async fn shutdown_hands_back_jobs_claimed_ahead_at_once() {
 /// What [`overlapping_claims`] saw while `counting` was set.
 #[derive(Debug, Default, Clone, Copy)]
 struct ClaimsSeen {
-    /// The most claims on the queue's front at once: `job_claim.sql`'s, and those of
-    /// `job_claim_in_turn.sql` not waiting for their turn.
+    /// The most claims on the queue's front at once: `job_claim.sql`'s running, whether in
+    /// turn or not (a claim in turn waiting for its turn is still in its `LOCK`).
     most: i64,
     samples: usize,
-    /// Samples with a claim in turn running or waiting.
+    /// Samples with a claim in turn holding or waiting for the queue's turn (a lock on its
+    /// view `claim_turn_<n>`, migration 24).
     in_turn: usize,
     /// Samples with a claim in turn waiting for its turn.
     waiting: usize,
-    /// Samples with two claims in turn or more holding rows at once: running, not waiting,
-    /// and with a transaction id (a claim gets one as it locks its first row, after its turn
-    /// came, and gives it up as it commits, which ends its turn). A session's state alone
-    /// would not do: between its commit and its return to idle a session still reads
-    /// `active`, and on a loaded machine the next claim often runs in that gap.
+    /// Samples with two claims or more holding rows at once: running, not waiting, and with
+    /// a transaction id (a claim gets one as it locks its first row and gives it up as it
+    /// commits, which ends a claim in turn's turn). A session's state alone would not do:
+    /// between its commit and its return to idle a session still reads `active`, and on a
+    /// loaded machine the next claim often runs in that gap.
     in_turn_at_once: usize,
 }
 
-/// Samples `pg_stat_activity` for the claims of the test's schema (other statements use
-/// SKIP LOCKED too: the reaper, heartbeats and outcome writes) until `stop`.
+/// Samples `pg_stat_activity` and `pg_locks` for the claims of the test's schema on the
+/// queue `default` (other statements use SKIP LOCKED too: the reaper, heartbeats and
+/// outcome writes) until `stop`.
 fn overlapping_claims(
     b: &Bundle,
     counting: Arc<AtomicBool>,
@@ -457,7 +459,11 @@ fn overlapping_claims(
         "%WITH next AS MATERIALIZED%FROM \"{}\".jobs%claim_limited%",
         b.db.schema()
     );
-    let in_turn = format!("%\"{}\".claim_in_turn(%", b.db.schema());
+    let turn = format!(
+        "\"{}\".claim_turn_{}",
+        b.db.schema(),
+        skiplock::claim_turn("default")
+    );
     tokio::spawn(async move {
         let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
             .await
@@ -465,14 +471,18 @@ fn overlapping_claims(
         tokio::spawn(conn);
         let q = c
             .prepare(
-                "SELECT count(*) FILTER (WHERE wait_event IS DISTINCT FROM 'advisory'), \
-                        count(*) FILTER (WHERE query LIKE $2), \
-                        count(*) FILTER (WHERE query LIKE $2 AND wait_event = 'advisory'), \
-                        count(*) FILTER (WHERE query LIKE $2 AND backend_xid IS NOT NULL \
-                                         AND wait_event IS DISTINCT FROM 'advisory') \
-                 FROM pg_stat_activity \
-                 WHERE state = 'active' AND (query LIKE $1 OR query LIKE $2) \
-                   AND pid <> pg_backend_pid()",
+                "SELECT (SELECT count(*) FROM pg_stat_activity \
+                         WHERE state = 'active' AND query LIKE $1 \
+                           AND wait_event_type IS DISTINCT FROM 'Lock' \
+                           AND pid <> pg_backend_pid()), \
+                        (SELECT count(*) FROM pg_locks WHERE relation = $2::text::regclass), \
+                        (SELECT count(*) FROM pg_locks \
+                         WHERE relation = $2::text::regclass AND NOT granted), \
+                        (SELECT count(*) FROM pg_stat_activity \
+                         WHERE state = 'active' AND query LIKE $1 \
+                           AND backend_xid IS NOT NULL \
+                           AND wait_event_type IS DISTINCT FROM 'Lock' \
+                           AND pid <> pg_backend_pid())",
             )
             .await
             .unwrap();
@@ -480,7 +490,7 @@ fn overlapping_claims(
         let stopped = stop.notified();
         tokio::pin!(stopped);
         loop {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&like, &in_turn];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&like, &turn];
             let sample = c.query_one(&q, &params);
             tokio::select! {
                 () = &mut stopped => return seen,
@@ -593,12 +603,12 @@ async fn a_backlog_of_short_jobs_is_claimed_one_whole_claim_at_a_time() {
 }
 
 /// Two workers (as two processes would) working through one queue's backlog of short jobs
-/// claim in turn (migration 16): their claims through the backlog run one at a time, the
-/// other waiting for the queue's advisory lock, never two on the queue's front at once; every
-/// job runs once. Negative control (run by hand): with the lock taken out of
-/// `claim_in_turn()` (`PERFORM 1` in migration 16) the sampler sees two claims in turn
-/// holding rows at once in 7-40 % of its samples with three busy loops beside the test, and
-/// 40-65 % on a quiet machine, and this test fails; with the lock, 0 in every run.
+/// claim in turn (migrations 16 and 24): their claims through the backlog run one at a
+/// time, the other waiting for the queue's turn, never two on the queue's front at once;
+/// every job runs once. Negative control (run by hand): with `.claim_in_turn(false)` on
+/// both workers the sampler sees two claims holding rows at once and this test fails; with
+/// the turn, the only claims at once are the few plain ones (a worker's first claim, and
+/// those after a short one), well under the one sample in fifty allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_workers_through_one_backlog_claim_in_turn() {
     const JOBS: usize = 20_000;

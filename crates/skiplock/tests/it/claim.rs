@@ -238,14 +238,99 @@ async fn a_claim_from_a_key_takes_only_later_jobs_and_skips_what_a_held_snapshot
     held.rollback().await.unwrap();
 }
 
-/// The claim in turn (`job_claim_in_turn.sql`, migrations 16 and 19): while one session's
-/// claim in turn holds the queue's lock (its transaction left open here; the worker's runs in
-/// autocommit, for one statement), another claim in turn of the same queue waits, a claim
-/// in turn of another queue and a plain claim (`job_claim.sql`) do not; once the first
-/// commits, the waiting claim takes the next jobs, none of the first one's, and as many as
-/// its `$7` (a claim that waited for its turn takes its larger batch; those that found the
-/// turn free take their `$2`). Negative control (run by hand): with migration 19's
-/// `want := greatest(...)` taken out, the waiting claim takes 5 and the test fails.
+/// A session that holds `queue`'s turn as a worker's claim in turn does (migration 24), its
+/// transaction left open: `job_claim_turn_try.sql`, then `job_claim.sql` of `n` (the
+/// worker's runs in one round trip and commits at once). Returns the session's transaction
+/// and the ids it claimed.
+async fn hold_turn<'a>(
+    b: &crate::support::Bundle,
+    a: &'a mut tokio_postgres::Client,
+    queue: &str,
+    n: i64,
+) -> (tokio_postgres::Transaction<'a>, Vec<i64>) {
+    let turn = b
+        .client
+        .statement(Statement::ClaimTurnTry)
+        .replace("{turn}", &skiplock::claim_turn(queue).to_string());
+    // BEGIN is the statement's first: the transaction is opened through the client's API
+    // instead, and the rest (the LOCK) run in it.
+    let lock = turn
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && *s != "BEGIN")
+        .collect::<Vec<_>>()
+        .join(";");
+    let tx = a.transaction().await.unwrap();
+    tx.batch_execute(&lock).await.unwrap();
+    let lease = 300_000_000i64;
+    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 6] = [
+        (&queue, Type::TEXT),
+        (&n, Type::INT8),
+        (&lease, Type::INT8),
+        (&FRONT.0, Type::INT2),
+        (&FRONT.1, Type::TIMESTAMPTZ),
+        (&FRONT.2, Type::INT8),
+    ];
+    let ids = tx
+        .query_typed(b.client.statement(Statement::Claim), &params)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, i64>("id"))
+        .collect();
+    (tx, ids)
+}
+
+/// The ids of claimed jobs.
+fn ids_of(jobs: &[skiplock::ClaimedJob]) -> Vec<i64> {
+    jobs.iter().map(|j| j.id.0).collect()
+}
+
+const LEASE: Duration = Duration::from_secs(300);
+
+/// Waits (10 s at most) until `n` sessions wait for `queue`'s turn: a lock on its view not
+/// granted, in this test's schema only (the suite's other tests claim in turn on the same
+/// server at the same time). Returns their pids.
+async fn turn_waiters(b: &crate::support::Bundle, queue: &str, n: usize) -> Vec<i32> {
+    let view = format!("claim_turn_{}", skiplock::claim_turn(queue));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids: Vec<i32> = b
+            .raw
+            .query(
+                "SELECT pid FROM pg_locks WHERE relation = $1::text::regclass AND NOT granted",
+                &[&view],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            pids.len() <= n,
+            "{} claims waiting, {n} expected",
+            pids.len()
+        );
+        if pids.len() == n {
+            return pids;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim in turn was never seen waiting for its turn"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The claim in turn (migrations 16, 19 and 24), as the worker makes it through a backlog:
+/// while one session's claim in turn holds the queue's turn (its transaction left open here;
+/// the worker's commits in the same round trip), another claim in turn of the same queue
+/// waits, a claim in turn of a queue with another turn and a plain claim (`job_claim.sql`)
+/// do not; once the first commits, the waiting claim takes the next jobs, none of the first
+/// one's, and as many as its larger batch (a claim that waited for its turn takes up to
+/// `max_claim_batch_waited`; one that finds the turn free takes its `max_claim_batch`).
+/// Negative control (run by hand): with `job_claim_turn_try.sql`'s `NOWAIT` taken out, the
+/// claim that waited takes 5 and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
     let b = setup().await;
@@ -258,166 +343,228 @@ async fn claims_in_turn_wait_for_each_other_and_plain_claims_do_not() {
         .iter()
         .map(|id| id.0)
         .collect();
+    // "other" takes another turn than "default" (5 and 14).
+    assert_ne!(
+        skiplock::claim_turn("other"),
+        skiplock::claim_turn("default")
+    );
     b.client
         .enqueue(&NewJob::new("k", &0).queue("other"))
         .await
         .unwrap();
-    let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
-    let plain = b.client.statement(Statement::Claim).to_owned();
-    // `waited`: the claim in turn's $7 (the plain claim has six parameters).
-    async fn claim(
-        c: &(impl tokio_postgres::GenericClient + Sync),
-        sql: &str,
-        queue: &str,
-        n: i64,
-        waited: Option<i64>,
-    ) -> Vec<i64> {
-        let lease = 300_000_000i64;
-        let mut params: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = vec![
-            (&queue, Type::TEXT),
-            (&n, Type::INT8),
-            (&lease, Type::INT8),
-            (&FRONT.0, Type::INT2),
-            (&FRONT.1, Type::TIMESTAMPTZ),
-            (&FRONT.2, Type::INT8),
-        ];
-        if let Some(w) = &waited {
-            params.push((w, Type::INT8));
-        }
-        c.query_typed(sql, &params)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get::<_, i64>("id"))
-            .collect()
-    }
     let mut a = b.db.connect().await.unwrap();
-    let tx = a.transaction().await.unwrap();
-    let first = claim(&tx, &in_turn, "default", 5, Some(8)).await;
-    assert_eq!(
-        first,
-        ids[..5],
-        "the first claim in turn takes the front, its $2: it found the turn free"
-    );
+    let (tx, first) = hold_turn(&b, &mut a, "default", 5).await;
+    assert_eq!(first, ids[..5]);
 
-    let second = b.db.connect().await.unwrap();
     let waiting = tokio::spawn({
-        let in_turn = in_turn.clone();
-        async move { claim(&second, &in_turn, "default", 5, Some(8)).await }
+        let client = b.client.clone();
+        async move { client.claim_in_turn_for_tests("default", 5, 8, LEASE).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "a claim in turn waits for the one out"
-    );
-    // Seen by the server as waiting for the advisory lock (this test's schema only: the
-    // suite's other tests claim in turn on the same server at the same time). On a loaded
-    // machine the waiting claim may take a moment to reach the server: looked for 10 s.
-    let mine = format!("%\"{}\".claim_in_turn(%", b.db.schema());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let waits: i64 = b
-            .raw
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-                 AND wait_event = 'advisory' AND query LIKE $1",
-                &[&mine],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert!(waits <= 1, "{waits} claims in turn waiting, one expected");
-        if waits == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the second claim in turn was never seen waiting for its turn"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    turn_waiters(&b, "default", 1).await;
     assert!(
         !waiting.is_finished(),
         "a claim in turn waits for the one out"
     );
 
     // A plain claim steps past the rows the open claim holds, at once.
-    let c = b.db.connect().await.unwrap();
-    let plain_got = tokio::time::timeout(
-        Duration::from_secs(5),
-        claim(&c, &plain, "default", 2, None),
-    )
-    .await
-    .expect("a plain claim does not wait for a claim in turn");
-    assert_eq!(plain_got, ids[5..7]);
-    // Another queue's claims in turn have a lock of their own.
+    let plain_got =
+        tokio::time::timeout(Duration::from_secs(5), b.client.claim("default", 2, LEASE))
+            .await
+            .expect("a plain claim does not wait for a claim in turn")
+            .unwrap();
+    assert_eq!(ids_of(&plain_got), ids[5..7]);
+    // Another turn's claims in turn do not wait either.
     let other = tokio::time::timeout(
         Duration::from_secs(5),
-        claim(&c, &in_turn, "other", 5, Some(8)),
+        b.client.claim_in_turn_for_tests("other", 5, 8, LEASE),
     )
     .await
-    .expect("another queue's claim in turn does not wait");
+    .expect("another turn's claim in turn does not wait")
+    .unwrap();
     assert_eq!(other.len(), 1);
+    assert!(
+        !waiting.is_finished(),
+        "a claim in turn waits for the one out"
+    );
 
     tx.commit().await.unwrap();
     let second = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the waiting claim ran once the first committed")
+        .unwrap()
         .unwrap();
     assert_eq!(
-        second,
+        ids_of(&second),
         ids[7..15],
-        "the next jobs, none of the first claim's, as many as its $7: it waited for its turn"
+        "the next jobs, none of the first claim's, as many as its larger batch: it waited for its turn"
     );
+    // A claim in turn that finds the turn free takes its own batch.
+    let free = b
+        .client
+        .claim_in_turn_for_tests("default", 2, 8, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&free), ids[15..17]);
 }
 
-/// `claim_in_turn()` runs exactly `job_claim.sql`'s statement (its text, rendered for the
-/// schema, comment lines aside): the two cannot drift apart unnoticed. Negative control (run
-/// by hand): a changed condition in either file fails this test.
+/// A claim waiting for its turn holds no snapshot (migration 24): its session shows no
+/// `backend_xmin` while it waits, so the index entries of the rows claimed meanwhile can be
+/// marked dead as soon as their claims commit. Negative control, in the test: a claim
+/// through `claim_in_turn()` (migrations 16-23, kept for older workers), waiting for the
+/// queue's advisory lock, shows one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claim_in_turn_runs_job_claim_sql() {
+async fn a_claim_waiting_for_its_turn_holds_no_snapshot() {
     let b = setup().await;
-    let strip = |s: &str| -> String {
-        s.lines()
-            .filter(|l| !l.trim_start().starts_with("--"))
-            .map(str::trim_end)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n")
+    let jobs: Vec<NewJob> = (0..10).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let xmin_of = |pid: i32| {
+        let raw = &b.raw;
+        async move {
+            raw.query_one(
+                "SELECT backend_xmin::text FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get::<_, Option<String>>(0)
+        }
     };
-    let claim = strip(b.client.statement(Statement::Claim));
-    // Both versions: migration 16's (six arguments, for workers of the previous version
-    // during an upgrade) and migration 19's (seven).
-    let srcs = b
-        .raw
-        .query(
-            "SELECT pronargs, prosrc FROM pg_proc WHERE proname = 'claim_in_turn' \
-             AND pronamespace = current_schema()::regnamespace ORDER BY pronargs",
+
+    // The worker's claim in turn.
+    let mut a = b.db.connect().await.unwrap();
+    let (tx, _) = hold_turn(&b, &mut a, "default", 2).await;
+    let waiting = tokio::spawn({
+        let client = b.client.clone();
+        async move { client.claim_in_turn_for_tests("default", 2, 2, LEASE).await }
+    });
+    let pids = turn_waiters(&b, "default", 1).await;
+    assert_eq!(
+        xmin_of(pids[0]).await,
+        None,
+        "the claim waiting for its turn"
+    );
+    tx.commit().await.unwrap();
+    let got = waiting.await.unwrap().unwrap();
+    assert_eq!(got.len(), 2);
+
+    // The older claim in turn, waiting inside its SELECT.
+    let mut a = b.db.connect().await.unwrap();
+    let tx = a.transaction().await.unwrap();
+    let schema = b.db.schema().to_owned();
+    tx.execute(
+        &format!("SELECT pg_advisory_xact_lock(\"{schema}\".jobs_claim_key('default'))"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let c = b.db.connect().await.unwrap();
+    let pid: i32 = c
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let old = tokio::spawn(async move {
+        c.query(
+            &format!(
+                "SELECT * FROM \"{schema}\".claim_in_turn('default', 2, 300000000, \
+                 (-32768)::int2, NULL, (-9223372036854775808)::int8, 2)"
+            ),
             &[],
         )
         .await
-        .unwrap();
-    let nargs: Vec<i16> = srcs.iter().map(|r| r.get(0)).collect();
-    assert_eq!(nargs, [6, 7]);
-    for r in &srcs {
-        let src: String = r.get(1);
-        let body = src
-            .split("$claim$")
-            .nth(1)
-            .expect("claim_in_turn() runs a statement quoted $claim$");
-        assert_eq!(strip(body), claim);
+        .unwrap()
+        .len()
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = b
+            .raw
+            .query_one(
+                "SELECT coalesce(wait_event = 'advisory', false) FROM pg_stat_activity \
+                 WHERE pid = $1",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never seen waiting");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // And the seven-argument one is what the worker's claim in turn calls.
-    assert!(b
-        .client
-        .statement(Statement::ClaimInTurn)
-        .contains(".claim_in_turn($1, $2, $3, $4, $5, $6, $7)"));
+    assert!(
+        xmin_of(pid).await.is_some(),
+        "the older claim in turn holds a snapshot while it waits: the check can fail"
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(old.await.unwrap(), 2);
 }
 
-/// The queue's lock of a claim in turn is the transaction's: a session that dies holding it
-/// (terminated here while its claim's transaction stays open, where the worker's claim runs
-/// in autocommit and holds it for one statement) releases it with its transaction, and the
-/// claim waiting behind it runs at once and takes the jobs the dead one had claimed.
+/// The claims in turn lock one of sixteen views, `claim_turn_0` to `claim_turn_15`
+/// (migration 24), which every role that may use the schema may lock; a queue's turn is
+/// the same in every version (the workers of two versions during an upgrade take the same
+/// turns); the statements lock the turn they are given; and `claim_in_turn()` is still
+/// there for the workers of an older version during an upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_turns_are_sixteen_views_and_a_queue_keeps_its_turn() {
+    let b = setup().await;
+    let views: Vec<String> = b
+        .raw
+        .query(
+            "SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace \
+             AND c.relkind = 'v' AND c.relname LIKE 'claim\\_turn\\_%' \
+             AND has_table_privilege('public', c.oid, 'UPDATE') ORDER BY c.relname",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut expected: Vec<String> = (0..skiplock::CLAIM_TURNS)
+        .map(|n| format!("claim_turn_{n}"))
+        .collect();
+    expected.sort();
+    assert_eq!(views, expected);
+    // FNV-1a of the name modulo 16: fixed values.
+    for (queue, turn) in [
+        ("default", 14),
+        ("other", 5),
+        ("emails", 12),
+        ("a", 12),
+        ("x", 7),
+    ] {
+        assert_eq!(skiplock::claim_turn(queue), turn, "{queue}");
+    }
+    for s in [Statement::ClaimTurnTry, Statement::ClaimInTurn] {
+        let sql = b.client.statement(s);
+        assert!(sql.starts_with("BEGIN;"), "{sql}");
+        assert!(
+            sql.contains(&format!(
+                "LOCK TABLE \"{}\".claim_turn_{{turn}} IN EXCLUSIVE MODE",
+                b.db.schema()
+            )),
+            "{sql}"
+        );
+    }
+    assert_eq!(b.client.statement(Statement::ClaimTurnEnd), "COMMIT");
+    let old: i64 = b
+        .raw
+        .query_one(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'claim_in_turn' \
+             AND pronamespace = current_schema()::regnamespace",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(old, 2);
+}
+
+/// The turn is the claim's transaction's: a session that dies holding it releases it with
+/// its transaction, and the claim waiting behind it runs at once and takes the jobs the dead
+/// one had claimed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
     let b = setup().await;
@@ -430,42 +577,19 @@ async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
         .iter()
         .map(|id| id.0)
         .collect();
-    let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
-    let params =
-        |n: &'static i64| -> [(&'static (dyn tokio_postgres::types::ToSql + Sync), Type); 7] {
-            [
-                (&"default", Type::TEXT),
-                (n, Type::INT8),
-                (&300_000_000i64, Type::INT8),
-                (&FRONT.0, Type::INT2),
-                (&FRONT.1, Type::TIMESTAMPTZ),
-                (&FRONT.2, Type::INT8),
-                (n, Type::INT8),
-            ]
-        };
     let mut a = b.db.connect().await.unwrap();
     let pid: i32 = a
         .query_one("SELECT pg_backend_pid()", &[])
         .await
         .unwrap()
         .get(0);
-    let tx = a.transaction().await.unwrap();
-    let first = tx.query_typed(&in_turn, &params(&4)).await.unwrap();
+    let (tx, first) = hold_turn(&b, &mut a, "default", 4).await;
     assert_eq!(first.len(), 4);
-    let second = b.db.connect().await.unwrap();
     let waiting = tokio::spawn({
-        let in_turn = in_turn.clone();
-        async move {
-            second
-                .query_typed(&in_turn, &params(&4))
-                .await
-                .unwrap()
-                .iter()
-                .map(|r| r.get::<_, i64>("id"))
-                .collect::<Vec<_>>()
-        }
+        let client = b.client.clone();
+        async move { client.claim_in_turn_for_tests("default", 4, 4, LEASE).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    turn_waiters(&b, "default", 1).await;
     assert!(!waiting.is_finished(), "the claim waits for its turn");
     let killed: bool = b
         .raw
@@ -478,14 +602,19 @@ async fn a_claim_in_turn_whose_session_dies_holds_nobody_up() {
     let got = tokio::time::timeout(Duration::from_secs(1), waiting)
         .await
         .expect("the waiting claim ran once the holder's session died")
+        .unwrap()
         .unwrap();
-    assert_eq!(got, ids, "the dead session's claim was rolled back with it");
+    assert_eq!(
+        ids_of(&got),
+        ids,
+        "the dead session's claim was rolled back with it"
+    );
     drop(tx);
 }
 
 /// A claim in turn waits 2 s at most for its turn: behind a holder whose transaction stays
-/// open (a session stuck mid-claim), it then claims without the turn, stepping past the
-/// holder's rows as a plain claim does, instead of failing on the session's `lock_timeout`.
+/// open (a session stuck mid-claim), it then claims without the turn, its own batch,
+/// stepping past the holder's rows as a plain claim does, instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_turn_waits_two_seconds_at_most_for_its_turn() {
     let b = setup().await;
@@ -498,45 +627,56 @@ async fn a_claim_in_turn_waits_two_seconds_at_most_for_its_turn() {
         .iter()
         .map(|id| id.0)
         .collect();
-    let in_turn = b.client.statement(Statement::ClaimInTurn).to_owned();
-    let four = 4i64;
-    let lease = 300_000_000i64;
-    // $7 larger than $2: a claim whose turn never came takes its own batch, not the larger.
-    let eight = 8i64;
-    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 7] = [
-        (&"default", Type::TEXT),
-        (&four, Type::INT8),
-        (&lease, Type::INT8),
-        (&FRONT.0, Type::INT2),
-        (&FRONT.1, Type::TIMESTAMPTZ),
-        (&FRONT.2, Type::INT8),
-        (&eight, Type::INT8),
-    ];
     let mut a = b.db.connect().await.unwrap();
-    let tx = a.transaction().await.unwrap();
-    assert_eq!(tx.query_typed(&in_turn, &params).await.unwrap().len(), 4);
-    let c = b.db.connect().await.unwrap();
-    // The session's own lock_timeout (skiplock's default is 10 s) is restored after the wait.
-    c.batch_execute("SET lock_timeout = '10s'").await.unwrap();
+    let (tx, first) = hold_turn(&b, &mut a, "default", 4).await;
+    assert_eq!(first.len(), 4);
     let started = std::time::Instant::now();
-    let got: Vec<i64> = c
-        .query_typed(&in_turn, &params)
+    // A larger batch after a wait than its own: a claim whose turn never came takes its own.
+    let got = b
+        .client
+        .claim_in_turn_for_tests("default", 4, 8, LEASE)
         .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<_, i64>("id"))
-        .collect();
+        .unwrap();
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(1_800) && waited < Duration::from_secs(6),
         "waited {waited:?}"
     );
     assert_eq!(
-        got,
+        ids_of(&got),
         ids[4..8],
         "claimed past the holder's rows, its own batch (its turn never came)"
     );
-    let timeout: String = c.query_one("SHOW lock_timeout", &[]).await.unwrap().get(0);
-    assert_eq!(timeout, "10s");
     tx.rollback().await.unwrap();
+}
+
+/// A claim in turn whose turn cannot be taken at all (here its view is gone; a role
+/// without the right to lock it would do the same) claims without it, its own batch,
+/// instead of failing: the worker keeps working, slower through a backlog of several
+/// processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_turn_whose_turn_cannot_be_taken_claims_without_it() {
+    let b = setup().await;
+    let jobs: Vec<NewJob> = (0..6).map(|i| NewJob::new("k", &i)).collect();
+    let ids: Vec<i64> = b
+        .client
+        .enqueue_many(&jobs)
+        .await
+        .unwrap()
+        .iter()
+        .map(|id| id.0)
+        .collect();
+    b.raw
+        .batch_execute(&format!(
+            "DROP VIEW claim_turn_{}",
+            skiplock::claim_turn("default")
+        ))
+        .await
+        .unwrap();
+    let got = b
+        .client
+        .claim_in_turn_for_tests("default", 3, 5, LEASE)
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&got), ids[..3]);
 }
