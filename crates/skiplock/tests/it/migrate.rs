@@ -286,7 +286,8 @@ async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
             (20, "key_slots_index"),
             (21, "done_deleted"),
             (22, "names_checked_when_written"),
-            (23, "claim_update_by_primary_key")
+            (23, "claim_update_by_primary_key"),
+            (24, "claim_turns")
         ]
     );
     assert_eq!(

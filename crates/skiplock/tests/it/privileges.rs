@@ -119,6 +119,25 @@ async fn a_least_privilege_role_can_enqueue_work_and_prune_but_not_create_the_sc
     assert_eq!(jobs[0].id, id);
     b.expire_lease(id).await;
     assert_eq!(client.reap().await.unwrap().len(), 1);
+    // A claim through a backlog takes its queue's turn: the role may lock the turn's view
+    // (migration 24 grants that to PUBLIC), and the worker's claim in turn claims.
+    let mut role_conn = client.pool().get().await.unwrap();
+    let turn = role_conn.transaction().await.unwrap();
+    turn.batch_execute(&format!(
+        "LOCK TABLE {schema}.claim_turn_{} IN EXCLUSIVE MODE NOWAIT",
+        skiplock::claim_turn("default")
+    ))
+    .await
+    .expect("the role may take a turn");
+    turn.rollback().await.unwrap();
+    drop(role_conn);
+    let id = client.enqueue(&NewJob::new("k", &6)).await.unwrap();
+    // (The job the reaper put back is claimed too.)
+    let jobs = client
+        .claim_in_turn_for_tests("default", 5, 5, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(jobs.iter().any(|j| j.id == id), "{jobs:?}");
 
     // Creating a schema is refused, with the database's reason.
     let other = Client::builder_from_config(cfg)
