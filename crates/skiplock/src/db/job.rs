@@ -4,7 +4,8 @@
 //! Every call uses an unnamed statement with its parameter types given (`query_typed`): one
 //! round trip, and no named prepared statements, so it also works through PgBouncer in
 //! transaction mode. The exceptions are the hot path's claims, outcome writes and
-//! heartbeats on a pooled connection of a client with prepared statements on.
+//! heartbeats on a pooled connection of a client with prepared statements on; and a claim in
+//! turn ([`claim_in_turn`]), a transaction of three statements sent in one round trip.
 
 use std::time::SystemTime;
 
