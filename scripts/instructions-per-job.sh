@@ -2,7 +2,8 @@
 # Counts the instructions the worker spends per job: `skiplock work --drain` on no-op jobs
 # under valgrind's callgrind, on a throwaway PostgreSQL cluster. Instructions, not seconds:
 # the count repeats within a few per cent from run to run whatever else the machine does,
-# so a change to the worker's CPU per job shows here where timings drift.
+# so a change to the worker's CPU per job shows here where timings drift. `work` runs with
+# its default log, as users run it.
 #
 #   scripts/instructions-per-job.sh [BINARY]   # default target/release/skiplock
 #
@@ -34,7 +35,7 @@ schema=instructions
 awk -v n="$jobs" 'BEGIN { for (i = 0; i < n; i++) print "{}" }' | "$bin" --schema "$schema" enqueue --queue bench --kind noop >/dev/null
 
 log="$home/callgrind.log"
-summary="$(RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$home/callgrind.out" \
+summary="$(env -u RUST_LOG valgrind --tool=callgrind --callgrind-out-file="$home/callgrind.out" \
   "$bin" --schema "$schema" work --queue "bench=$concurrency" --drain --json 2>"$log")"
 total="$(grep -o 'Collected : [0-9]*' "$log" | awk '{print $3}')"
 done_jobs="$(grep -o '"done":[0-9]*' <<<"$summary" | tail -1 | cut -d: -f2)"

@@ -424,6 +424,61 @@ async fn exec_a_program_that_cannot_start_is_refused_at_start() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `work`'s log leaves out the span each job runs in (formatting its fields for every job
+/// cost more CPU than a short job's whole path), and a line about an attempt names its job
+/// itself: kind, id, attempt and queue, as the span's prefix did (`job{kind=… id=…}: …`,
+/// which the check below refuses: with the span on, this test fails).
+#[tokio::test]
+async fn a_failed_attempt_is_logged_with_its_job() {
+    let db = migrated().await;
+    let id = ok(&run(
+        &db,
+        &[
+            "enqueue",
+            "--queue",
+            "mailer",
+            "--kind",
+            "send",
+            "--max-attempts",
+            "2",
+            "{}",
+        ],
+    ));
+    let id = id.trim();
+    let o = cmd(
+        &db,
+        &[
+            "work",
+            "--queue",
+            "mailer",
+            "--drain",
+            "--exec",
+            "sh",
+            "-c",
+            "echo boom >&2; exit 3",
+        ],
+    )
+    .env_remove("RUST_LOG")
+    .output()
+    .unwrap();
+    let e = err(&o);
+    assert!(o.status.success(), "{e}");
+    let line = e
+        .lines()
+        .find(|l| l.contains("attempt failed"))
+        .unwrap_or_else(|| panic!("no `attempt failed` line in {e}"));
+    for field in [
+        "kind=send".to_owned(),
+        format!("id={id}"),
+        "attempt=1".to_owned(),
+        "queue=mailer".to_owned(),
+        "error=exit 3: boom".to_owned(),
+    ] {
+        assert!(line.contains(&field), "{field:?} not in {line:?}");
+    }
+    assert!(!e.contains("job{"), "the job span is formatted: {e}");
+}
+
 // ---- Item 15: exit status and shutdown ----------------------------------------------------
 
 /// A drain cut short by a signal says so: 143 for SIGTERM, 130 for SIGINT, after handing its

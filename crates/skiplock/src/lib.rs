@@ -95,7 +95,7 @@ pub use periodic::{Missed, Schedule};
 pub use queue::{QueueLimits, QueuePause, QueueState, Rate};
 pub use schema::Schema;
 pub use unique::{Enqueued, OnConflict, Unique};
-pub use worker::{JobEnd, WorkerEvent};
+pub use worker::{JobEnd, WorkerEvent, JOB_SPAN, JOB_SPAN_TARGET};
 pub use worker::{
     RunStats, StatsHandle, StopNow, Worker, WorkerBuilder, WorkerConfig, WorkerRow, WorkerState,
 };

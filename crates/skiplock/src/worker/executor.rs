@@ -18,6 +18,37 @@ use crate::handler::{AttemptSlot, JobContext, JobError};
 use crate::job::{Backoff, ClaimedJob};
 use crate::outcome::Outcome;
 
+/// The name of the span each attempt runs in, at INFO, with the job's `kind`, `id`,
+/// `attempt` and `queue` as fields, so that a handler's log lines say which job they are
+/// about. A subscriber that formats spans (tracing-subscriber's `fmt` layer) renders those
+/// fields for every job as it starts, which costs more than running a short job: a
+/// subscriber may leave the span out (as `skiplock work` does: its metadata has this name
+/// and the target [`JOB_SPAN_TARGET`]), and the worker's own log lines about an attempt
+/// then carry the same four fields themselves.
+pub const JOB_SPAN: &str = "job";
+/// The target of the [`JOB_SPAN`] span.
+pub const JOB_SPAN_TARGET: &str = module_path!();
+
+/// An event of an attempt: inside its span, which names the job, or with the job's fields on
+/// the event itself when the span is off (filtered out, as `skiplock work` does), so that a
+/// log line about a job always says which.
+macro_rules! job_event {
+    ($level:expr, $span:expr, $job:expr, $($rest:tt)+) => {
+        if $span.is_disabled() {
+            tracing::event!(
+                $level,
+                kind = %$job.kind,
+                id = %$job.id,
+                attempt = $job.attempt,
+                queue = %$job.queue,
+                $($rest)+
+            )
+        } else {
+            tracing::event!($level, $($rest)+)
+        }
+    };
+}
+
 /// This worker's record of one running attempt, in [`Shared::running`] from before its task
 /// starts until it ends, however it ends: the guard removes the entry when dropped (also on a
 /// panic, or when the task is aborted), so that the heartbeat never renews a lease nobody
@@ -135,7 +166,8 @@ pub(crate) async fn run(
     let entry = shared.registry.get(&job.kind).cloned();
     let cancel = attempt.cancel.clone();
     let span = tracing::info_span!(
-        "job",
+        target: JOB_SPAN_TARGET,
+        JOB_SPAN,
         kind = %job.kind,
         id = %job.id,
         attempt = job.attempt,
@@ -244,15 +276,37 @@ pub(crate) async fn run(
     if lost && !in_tx {
         shared.counters.ended(job.id, job.attempt, JobEnd::Lost);
         crate::metrics::finished(&names.0, &names.1, "lost", "none");
-        tracing::warn!("lease lost while running: result dropped (the job is no longer ours)");
+        job_event!(
+            tracing::Level::WARN,
+            span,
+            job,
+            "lease lost while running: result dropped (the job is no longer ours)"
+        );
         return;
     }
     match &outcome {
-        Outcome::Complete => tracing::debug!("completed"),
-        Outcome::Retry { error, .. } => tracing::info!(error = %error, "attempt failed"),
-        Outcome::Discard { error } => tracing::warn!(error = %error, "failed permanently"),
-        Outcome::Snooze { delay } => tracing::info!(after = ?delay, "snoozed: back to the queue"),
-        Outcome::HandBack => tracing::info!("shutdown: back to the queue"),
+        Outcome::Complete => job_event!(tracing::Level::DEBUG, span, job, "completed"),
+        Outcome::Retry { error, .. } => {
+            job_event!(tracing::Level::INFO, span, job, error = %error, "attempt failed");
+        }
+        Outcome::Discard { error } => {
+            job_event!(tracing::Level::WARN, span, job, error = %error, "failed permanently");
+        }
+        Outcome::Snooze { delay } => job_event!(
+            tracing::Level::INFO,
+            span,
+            job,
+            after = ?delay,
+            "snoozed: back to the queue"
+        ),
+        Outcome::HandBack => {
+            job_event!(
+                tracing::Level::INFO,
+                span,
+                job,
+                "shutdown: back to the queue"
+            );
+        }
         Outcome::Unserved { error, delay } => {
             ::metrics::counter!(
                 crate::metrics::JOBS_UNSERVED,
@@ -260,7 +314,14 @@ pub(crate) async fn run(
                 "kind" => Arc::clone(&names.1)
             )
             .increment(1);
-            tracing::warn!(after = ?delay, error = %error, "no handler for this kind: back to the queue");
+            job_event!(
+                tracing::Level::WARN,
+                span,
+                job,
+                after = ?delay,
+                error = %error,
+                "no handler for this kind: back to the queue"
+            );
         }
     }
     let (output, in_tx) = match slot.lock() {

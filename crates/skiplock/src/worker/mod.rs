@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{WorkerBuilder, WorkerConfig};
 pub use events::{JobEnd, WorkerEvent};
+pub use executor::{JOB_SPAN, JOB_SPAN_TARGET};
 pub use presence::{WorkerRow, WorkerState};
 pub use state::{RunStats, StatsHandle};
 
