@@ -144,6 +144,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "claim_turns",
         sql: include_str!("../migrations/0024_claim_turns.sql"),
     },
+    Migration {
+        version: 25,
+        name: "cheaper_key_walk",
+        sql: include_str!("../migrations/0025_cheaper_key_walk.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

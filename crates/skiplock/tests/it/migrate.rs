@@ -287,7 +287,8 @@ async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
             (21, "done_deleted"),
             (22, "names_checked_when_written"),
             (23, "claim_update_by_primary_key"),
-            (24, "claim_turns")
+            (24, "claim_turns"),
+            (25, "cheaper_key_walk")
         ]
     );
     assert_eq!(
