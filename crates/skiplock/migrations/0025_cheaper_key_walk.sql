@@ -20,12 +20,19 @@
 --   UPDATE of the 500 rows took 4.3-4.7 ms).
 --
 -- Now the step gathers the three rows into three arrays with one plain aggregate (keys,
--- ids, and whether each is due), in the scan's order, which is claim order: the first key
+-- ids, and whether each is due), in the scan's order, which is claim order (an aggregate
+-- over an ordered, limited subquery reads its rows in that order, as row_number() OVER ()
+-- read them before; the function is not parallel safe, so no parallel plan reorders them):
+-- the first key
 -- is the first element, and its rows are the first ones, since rows of one key come
 -- together in key order. Which of the three rows are the first key's is read off the keys
 -- array (the second and third elements compared with the first). Same arguments, same
--- result columns, same rows, same index descents (it::limits checks the walk's promises:
--- keys in turn, round robin, exact limits, jobs not yet due, lowered limits).
+-- result columns, same rows, same index descents. it::limits checks the walk's promises
+-- (the_key_walk_gives_each_key_its_free_slots_in_turns: keys in turn, round robin, a key's
+-- free slots read in more than one step; a_key_headed_by_a_job_not_due_yet_gives_the_due_job_behind_it;
+-- a_per_key_limit_holds_and_keys_do_not_block_each_other: the limit exact under load),
+-- and the first two fail if the step takes too few of the first key's rows or does not
+-- notice a row not due yet.
 
 CREATE OR REPLACE FUNCTION {schema}.claim_walk(p_queue text, p_after text, p_upto text,
                                                p_per_key int, p_keys bigint, ts timestamptz)
