@@ -487,6 +487,16 @@ impl Worker {
         // Marking the worker stopped runs beside the last writes, within their time.
         let _ =
             tokio::time::timeout_at(services_stopped + WRITE_AT_STOP, presence.join_next()).await;
+        // A service in the middle of a round ends it, within the same time: aborted, its
+        // statement would go on in the server after `run` returns, where it can meet the
+        // caller's next statement (a DROP SCHEMA, a migration) in a deadlock. What is still
+        // running at the deadline (a database that does not answer) is aborted.
+        let _ = tokio::time::timeout_at(services_stopped + WRITE_AT_STOP, async {
+            while let Some(r) = services.join_next().await {
+                note_death(&mut died, r);
+            }
+        })
+        .await;
         services.abort_all();
         while let Some(r) = services.join_next().await {
             if !matches!(&r, Err(e) if e.is_cancelled()) {

@@ -72,6 +72,13 @@ impl Worker {
         shared.stop_claiming.cancel();
         shared.stop_services.cancel();
         while completer.join_next().await.is_some() {}
+        // A heartbeat in the middle of its round ends it (aborted, its statement would go
+        // on in the server after this returns); one that does not within the time the
+        // worker gives its last writes is aborted.
+        let _ = tokio::time::timeout(super::WRITE_AT_STOP, async {
+            while services.join_next().await.is_some() {}
+        })
+        .await;
         services.abort_all();
         while services.join_next().await.is_some() {}
         ran

@@ -743,6 +743,68 @@ async fn shutdown_lets_running_jobs_finish() {
     );
 }
 
+/// The worker's statements on `schema` the server is running now (other than this one's).
+async fn statements_running(b: &Bundle, waiting_on_a_lock: bool) -> Vec<String> {
+    let c = b.db.connect().await.unwrap();
+    c.query(
+        "SELECT query FROM pg_stat_activity \
+          WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0 \
+            AND (NOT $2 OR wait_event_type = 'Lock')",
+        &[&format!("\"{}\"", b.db.schema()), &waiting_on_a_lock],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_run_returns_no_statement_of_the_worker_is_left_running_in_the_server() {
+    let b = setup().await;
+    // A round of a maintenance service held up in the server: the gauges' first round (at
+    // once) takes its lock row, whose table another transaction holds.
+    let locker = b.db.connect().await.unwrap();
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE \"{}\".maintenance_locks IN ACCESS EXCLUSIVE MODE",
+            b.db.schema()
+        ))
+        .await
+        .unwrap();
+    let worker = Worker::builder(b.client.clone(), Registry::new())
+        .queue("default", 1)
+        .metrics_gauges_interval(Some(Duration::from_secs(60)))
+        .build()
+        .unwrap();
+    let (stop, handle) = spawn_worker(worker);
+    eventually(
+        Duration::from_secs(10),
+        "a round held up on the lock",
+        || async { !statements_running(&b, true).await.is_empty() },
+    )
+    .await;
+    stop.send(()).unwrap();
+    // The lock goes a moment after the stop: a worker that abandons the round returns
+    // before that, with its statement still waiting in the server.
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        locker.batch_execute("COMMIT").await.unwrap();
+        tokio::time::Instant::now()
+    });
+    tokio::time::timeout(Duration::from_secs(15), handle)
+        .await
+        .expect("the shutdown is bounded")
+        .unwrap();
+    let returned = tokio::time::Instant::now();
+    let left = statements_running(&b, false).await;
+    assert!(
+        left.is_empty(),
+        "still running after run returned: {left:?}"
+    );
+    assert!(release.await.unwrap() <= returned);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_hands_back_what_it_cancels_at_the_deadline() {
     let b = setup().await;
