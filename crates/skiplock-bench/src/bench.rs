@@ -57,7 +57,11 @@ impl Scratch {
 
     /// `jobs` no-op jobs; with `keys` > 0, spread evenly over that many keys (`k0`, `k1`, ...
     /// in turn, so that every key has jobs all along the queue).
+    ///
+    /// A checkpoint comes first ([`checkpoint`]), so that the run that follows starts in the
+    /// same state of the WAL as every other.
     async fn fill_keyed(&self, jobs: usize, keys: usize) -> Result<()> {
+        checkpoint(&self.client).await?;
         let all: Vec<NewJob> = (0..jobs)
             .map(|i| {
                 let j = NewJob::from_json("noop", "{}").queue(QUEUE);
@@ -133,6 +137,38 @@ impl Scratch {
 
     pub(crate) async fn drop_now(self) -> Result<()> {
         Ok(self.client.drop_schema().await?)
+    }
+}
+
+/// `CHECKPOINT`, before a run's table is filled (`queries/bench_checkpoint.sql`): with the
+/// server's default `max_wal_size`, a cluster doing this work checkpoints every 10-15 s, and
+/// a run that one begins in writes every page it touches again in full to the WAL, at a cost
+/// that made the same run up to a fifth slower than its neighbours. After a checkpoint, no
+/// other begins until the run has written hundreds of megabytes, so every run, the worker's
+/// and the ceiling's alike, measures the same state. A role that may not checkpoint (neither
+/// a superuser nor, from PostgreSQL 15, a member of `pg_checkpoint`) runs without it, with a
+/// line saying so the first time.
+pub async fn checkpoint(client: &Client) -> Result<()> {
+    const OP: &str = "checkpoint before a run";
+    static REFUSED: std::sync::Once = std::sync::Once::new();
+    let conn = conn(client, OP).await?;
+    match conn
+        .batch_execute(&Statement::BenchCheckpoint.sql(client.schema()))
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            let e = e
+                .as_db_error()
+                .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+            REFUSED.call_once(|| {
+                eprintln!(
+                    "skiplock bench: this role may not CHECKPOINT ({e}): runs go on without one first, and a run that a checkpoint begins in measures slower than the rest"
+                );
+            });
+            Ok(())
+        }
+        Err(e) => Err(Error::db(OP)(e)),
     }
 }
 

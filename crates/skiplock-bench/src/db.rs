@@ -58,6 +58,7 @@ statements! {
     BenchCompleteLean => "bench_complete_lean.sql", "`queries/bench_complete_lean.sql`: the leanest fenced completion of a claimed batch (pgbench's ceiling).",
     BenchStatusCounts => "bench_status_counts.sql", "`queries/bench_status_counts.sql`: jobs done and jobs still running after a pgbench ceiling run.",
     BenchTruncate => "bench_truncate.sql", "`queries/bench_truncate.sql`: empty the jobs table and the workflow edges.",
+    BenchCheckpoint => "bench_checkpoint.sql", "`queries/bench_checkpoint.sql`: a checkpoint before a run's table is filled, so that none begins while the run is timed.",
 }
 
 impl Statement {

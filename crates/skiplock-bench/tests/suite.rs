@@ -228,3 +228,54 @@ async fn every_enqueue_mode_runs_each_round_and_its_best_run_counts() {
     }
     assert_eq!(left(&db).await, 0, "the scratch schema is dropped");
 }
+
+/// The redo position of the last checkpoint.
+async fn redo(raw: &tokio_postgres::Client) -> String {
+    raw.query_one("SELECT redo_lsn::text FROM pg_control_checkpoint()", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A run's table is filled right after a checkpoint (`bench::checkpoint`), so that no
+/// checkpoint begins while the run is timed; a role that may not checkpoint runs without one
+/// instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_starts_after_a_checkpoint_and_a_role_that_may_not_checkpoint_still_runs() {
+    let db = TestDb::new().await;
+    let raw = db.connect().await.unwrap();
+
+    let before = redo(&raw).await;
+    let point = skiplock_bench::bench::throughput(
+        db.url(),
+        db.schema(),
+        50,
+        &skiplock_bench::bench::WorkerSetup::defaults(10),
+    )
+    .await
+    .unwrap();
+    assert_eq!(point.jobs, 50);
+    assert_ne!(
+        redo(&raw).await,
+        before,
+        "no checkpoint came before the run's fill"
+    );
+
+    let role = format!("{}_no_checkpoint", db.schema());
+    raw.batch_execute(&format!("CREATE ROLE \"{role}\" LOGIN"))
+        .await
+        .unwrap();
+    let mut cfg: tokio_postgres::Config = db.url().parse().unwrap();
+    cfg.user(&role);
+    let as_role = skiplock::Client::builder_from_config(cfg)
+        .schema(db.schema())
+        .pool_size(1)
+        .build()
+        .unwrap();
+    let refused = skiplock_bench::bench::checkpoint(&as_role).await;
+    drop(as_role);
+    raw.batch_execute(&format!("DROP ROLE \"{role}\""))
+        .await
+        .unwrap();
+    refused.unwrap();
+}
