@@ -71,6 +71,12 @@ pub(crate) const AHEAD_SLOW: Duration = Duration::from_millis(20);
 /// before they go back to the queue (see the end of [`run`]).
 pub(crate) const SHUTDOWN_CLAIMS_FIRST: Duration = Duration::from_secs(1);
 
+/// A job starts without a task of its own (polled first by its queue's claim loop, see
+/// [`launch`]) while the queue's recent jobs ran this long or less on average: short enough
+/// that running them one after another here costs less than a task each, and that a job
+/// which turns out long holds the loop up once (the mean it raises stops this).
+pub(crate) const INLINE_MEAN_RUN: Duration = Duration::from_micros(20);
+
 /// A claimed job waiting for a slot.
 struct Waiting {
     job: ClaimedJob,
@@ -159,7 +165,10 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         if shared.stop_claiming.is_cancelled() {
             break;
         }
-        start_waiting(&shared, &slot, &mut waiting, &mut jobs);
+        // Until idle, a job that ended is a reason to look again (as when a task ends).
+        if start_waiting(&shared, &slot, &mut waiting, &mut jobs) && mode == Mode::UntilIdle {
+            claim_now = true;
+        }
         if hand_back_stale(&shared, &mut waiting, max_wait) {
             // The running jobs turned long: claim no more ahead until one has run again.
             slot.forget_run_times();
@@ -256,7 +265,8 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                         failures = 0;
                         let got = u32::try_from(claimed.len()).unwrap_or(u32::MAX);
                         position.claimed(&slot.name, from, cost, &claimed);
-                        start(&shared, &slot, claimed, &mut jobs, &mut waiting);
+                        let ended = start(&shared, &slot, claimed, &mut jobs, &mut waiting);
+                        claim_now |= ended && mode == Mode::UntilIdle;
                         // Whole (a claim that waited for its turn may bring more).
                         backlog = got >= want;
                         // Only a claim from the front finds a queue empty: one from the
@@ -366,7 +376,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
         tokio::select! {
             done = claims.join_next() => match done {
                 Some(Ok((_, _, _, Ok(claimed)))) => {
-                    start(&shared, &slot, claimed, &mut jobs, &mut waiting);
+                    let _ = start(&shared, &slot, claimed, &mut jobs, &mut waiting);
                 }
                 Some(_) => {}
                 None => break,
@@ -377,7 +387,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let _ = hand_back_stale(&shared, &mut waiting, Duration::ZERO);
     while let Some(done) = claims.join_next().await {
         if let Ok((_, _, _, Ok(claimed))) = done {
-            start(&shared, &slot, claimed, &mut jobs, &mut waiting);
+            let _ = start(&shared, &slot, claimed, &mut jobs, &mut waiting);
         }
     }
     while jobs.join_next().await.is_some() {}
@@ -391,13 +401,14 @@ fn start_waiting(
     slot: &QueueSlot,
     waiting: &mut VecDeque<Waiting>,
     jobs: &mut JoinSet<()>,
-) {
+) -> bool {
+    let mut ended = false;
     while !waiting.is_empty() {
         let Ok(permit) = slot.slots.clone().try_acquire_owned() else {
-            return;
+            return ended;
         };
         let Some(w) = waiting.pop_front() else {
-            return;
+            return ended;
         };
         if w.attempt.start(w.heartbeat) {
             shared
@@ -412,8 +423,38 @@ fn start_waiting(
             tracing::warn!(id = %w.job.id, attempt = w.job.attempt, "lease lost while waiting for a slot: not started (the job is no longer ours)");
             continue;
         }
-        jobs.spawn(executor::task(shared.clone(), w.job, permit, w.attempt));
+        ended |= launch(
+            slot,
+            jobs,
+            executor::task(shared.clone(), w.job, permit, w.attempt),
+        );
     }
+    ended
+}
+
+/// Starts one job's run; returns whether it has ended already. While the queue's recent jobs
+/// ran within [`INLINE_MEAN_RUN`] on average, the run is polled once here first, and one that
+/// ends on that poll (a short job) costs no task: no task to create, schedule and reap, and
+/// no idle runtime thread woken to take it. One that does not end goes on in a task of its
+/// own, as every job does otherwise; that task polls it again at once, with its own waker
+/// (the one polled here is a no-op's: a future must wake the waker of its latest poll).
+fn launch(
+    slot: &QueueSlot,
+    jobs: &mut JoinSet<()>,
+    mut run: std::pin::Pin<Box<impl std::future::Future<Output = ()> + Send + 'static>>,
+) -> bool {
+    if slot.runs_within(INLINE_MEAN_RUN) {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // The handler's panics are caught inside the run (as a retry); one elsewhere in it
+        // ends that run alone, as it would end its task.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.as_mut().poll(&mut cx)))
+        {
+            Ok(std::task::Poll::Pending) => {}
+            Ok(std::task::Poll::Ready(())) | Err(_) => return true,
+        }
+    }
+    jobs.spawn(run);
+    false
 }
 
 /// Hands back the jobs claimed ahead that have waited `max_wait` or longer for a slot: back
@@ -561,11 +602,12 @@ fn start(
     claimed: Vec<ClaimedJob>,
     jobs: &mut JoinSet<()>,
     waiting: &mut VecDeque<Waiting>,
-) {
+) -> bool {
     let n = claimed.len();
     if n == 0 {
-        return;
+        return false;
     }
+    let mut ended = false;
     shared.note_activity();
     Counters::add(&shared.counters.claimed, n as u64);
     shared.counters.events.emit(|| WorkerEvent::Claimed {
@@ -597,7 +639,11 @@ fn start(
         let attempt = executor::Attempt::register(shared, &job, heartbeat, permit.is_some());
         match permit {
             Some(permit) => {
-                jobs.spawn(executor::task(shared.clone(), job, permit, attempt));
+                ended |= launch(
+                    slot,
+                    jobs,
+                    executor::task(shared.clone(), job, permit, attempt),
+                );
             }
             None => waiting.push_back(Waiting {
                 job,
@@ -607,6 +653,7 @@ fn start(
             }),
         }
     }
+    ended
 }
 
 /// Whether the queue's last claim left ready jobs behind for want of a slot or of room in

@@ -201,6 +201,12 @@ impl QueueSlot {
             .store(next.min(u64::MAX / 2), Ordering::Relaxed);
     }
 
+    /// Whether the queue's recent jobs ran `within` on average (false before one has run).
+    pub(crate) fn runs_within(&self, within: Duration) -> bool {
+        let mean = self.mean_run_us.load(Ordering::Relaxed);
+        mean != u64::MAX && u128::from(mean) <= within.as_micros()
+    }
+
     /// Forgets the mean run time: no job is claimed ahead until one has run again.
     pub(crate) fn forget_run_times(&self) {
         self.mean_run_us.store(u64::MAX, Ordering::Relaxed);

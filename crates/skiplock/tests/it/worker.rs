@@ -1325,3 +1325,66 @@ async fn with_claim_positions_a_job_before_the_position_still_runs_once() {
     );
     assert_eq!(runs.lock().unwrap().len(), 63);
 }
+
+/// While a queue's recent jobs are short, a job starts without a task of its own: its queue's
+/// claim loop polls it first, and only one that does not end on that poll gets a task. Here
+/// many short jobs share a task (a task each would give each its own id), a job that waits
+/// on a timer after such a first poll is woken in its own task and ends, one that panics on
+/// it fails its attempt as a panic does anywhere, and the drain returns once all are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_jobs_start_without_a_task_and_one_that_waits_goes_on_in_its_own() {
+    let b = setup().await;
+    let tasks = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let short_runs = Arc::new(AtomicUsize::new(0));
+    let registry = {
+        let (tasks, short_runs) = (tasks.clone(), short_runs.clone());
+        Registry::new().register_handler("k", JobOptions::default(), move |p: String, _c| {
+            let (tasks, short_runs) = (tasks.clone(), short_runs.clone());
+            async move {
+                let i: u32 = serde_json::from_str(&p).unwrap();
+                if i == 950 {
+                    panic!("boom at {i}");
+                }
+                if i % 200 == 199 {
+                    // Pending on its first poll, woken by the timer later.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    return Ok::<(), JobError>(());
+                }
+                short_runs.fetch_add(1, Ordering::SeqCst);
+                let id = tokio::task::try_id().map_or_else(|| "none".into(), |id| id.to_string());
+                *tasks.lock().unwrap().entry(id).or_default() += 1;
+                Ok(())
+            }
+        })
+    };
+    let jobs: Vec<NewJob> = (0..1000).map(|i| NewJob::new("k", &i)).collect();
+    b.client.enqueue_many(&jobs).await.unwrap();
+    let stats = tokio::time::timeout(
+        Duration::from_secs(60),
+        Worker::builder(b.client.clone(), registry)
+            .queue("default", 50)
+            .build()
+            .unwrap()
+            .run_until_idle(),
+    )
+    .await
+    .expect("the drain returns")
+    .unwrap();
+    assert_eq!((stats.claimed, stats.done, stats.lost), (1000, 999, 0));
+    assert_eq!(b.count("status = 'done'").await, 999);
+    assert_eq!(
+        b.count("status = 'queued' AND attempts = 1 AND last_error = 'panicked: boom at 950'")
+            .await,
+        1
+    );
+    let short = short_runs.load(Ordering::SeqCst);
+    let distinct = tasks.lock().unwrap().len();
+    assert_eq!(short, 1000 - 5 - 1);
+    // Each was timed with the overhead of a debug build on a machine busy with other tests:
+    // not all of them count as short, but many do.
+    eprintln!("{short} short jobs ran in {distinct} tasks");
+    assert!(
+        short - distinct >= 200,
+        "{short} short jobs ran in {distinct} tasks: many should share their claim loop's"
+    );
+}
