@@ -907,7 +907,8 @@ impl EnqueueMode {
 
 /// Enqueue rates: single-row transactions on one and on eight connections, and the batch path
 /// (calls of 1,000 and of 10,000 jobs), each `rounds` times, the modes taking turns (so that a
-/// drift of the machine hits them alike), the jobs table emptied (`TRUNCATE`) before each run.
+/// drift of the machine hits them alike), the jobs table emptied (`TRUNCATE`) and a
+/// [`checkpoint`] taken before each run.
 pub async fn enqueue(
     url: &str,
     base: &str,
@@ -928,6 +929,8 @@ pub async fn enqueue(
         for _ in 0..rounds.max(1) {
             for (i, mode) in modes.iter().enumerate() {
                 s.execute(Statement::BenchTruncate, OP).await?;
+                // As before every timed run: no checkpoint begins while this one is timed.
+                checkpoint(&s.client).await?;
                 let n = mode.jobs(jobs);
                 let started = Instant::now();
                 mode.run(&s.client, &job, n).await?;
@@ -1550,7 +1553,7 @@ pub struct FlowEnqueuePoint {
 /// Each shape of `shapes` enqueued in one call (plain jobs: [`Client::enqueue_many`], the
 /// others one [`Client::enqueue_workflow`]), `rounds` times, the shapes taking turns (so
 /// that a drift of the machine hits them alike), the jobs and edges tables emptied
-/// (`TRUNCATE`) before each call. The jobs are built beforehand; the call's time includes
+/// (`TRUNCATE`) and a [`checkpoint`] taken before each call. The jobs are built beforehand; the call's time includes
 /// its own encoding (the workflow's JSON, the batch's arrays).
 pub async fn workflow_enqueue(
     url: &str,
@@ -1569,6 +1572,7 @@ pub async fn workflow_enqueue(
         for _ in 0..rounds.max(1) {
             for (i, b) in built.iter().enumerate() {
                 s.execute(Statement::BenchTruncate, OP).await?;
+                checkpoint(&s.client).await?;
                 let started = Instant::now();
                 let n = b.enqueue(&s.client).await?;
                 runs[i].push(started.elapsed().as_secs_f64() * 1000.0);

@@ -237,8 +237,8 @@ async fn redo(raw: &tokio_postgres::Client) -> String {
         .get(0)
 }
 
-/// A run's table is filled right after a checkpoint (`bench::checkpoint`), so that no
-/// checkpoint begins while the run is timed; a role that may not checkpoint runs without one
+/// A run's table is filled right after a checkpoint (`bench::checkpoint`), and an enqueue
+/// run starts right after one, so that no checkpoint begins while the run is timed; a role that may not checkpoint runs without one
 /// instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_starts_after_a_checkpoint_and_a_role_that_may_not_checkpoint_still_runs() {
@@ -259,6 +259,18 @@ async fn a_run_starts_after_a_checkpoint_and_a_role_that_may_not_checkpoint_stil
         redo(&raw).await,
         before,
         "no checkpoint came before the run's fill"
+    );
+
+    // The enqueue runs too, each after its table is emptied.
+    let before = redo(&raw).await;
+    let points = skiplock_bench::bench::enqueue(db.url(), db.schema(), 20, 1)
+        .await
+        .unwrap();
+    assert_eq!(points.len(), 4);
+    assert_ne!(
+        redo(&raw).await,
+        before,
+        "no checkpoint came before the enqueue runs"
     );
 
     let role = format!("{}_no_checkpoint", db.schema());
