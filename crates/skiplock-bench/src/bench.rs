@@ -1553,8 +1553,8 @@ pub struct FlowEnqueuePoint {
 /// Each shape of `shapes` enqueued in one call (plain jobs: [`Client::enqueue_many`], the
 /// others one [`Client::enqueue_workflow`]), `rounds` times, the shapes taking turns (so
 /// that a drift of the machine hits them alike), the jobs and edges tables emptied
-/// (`TRUNCATE`) and a [`checkpoint`] taken before each call. The jobs are built beforehand; the call's time includes
-/// its own encoding (the workflow's JSON, the batch's arrays).
+/// (`TRUNCATE`) and a [`checkpoint`] taken before each call. The jobs are built beforehand;
+/// the call's time includes its own encoding (the workflow's JSON, the batch's arrays).
 pub async fn workflow_enqueue(
     url: &str,
     base: &str,

@@ -238,8 +238,8 @@ async fn redo(raw: &tokio_postgres::Client) -> String {
 }
 
 /// A run's table is filled right after a checkpoint (`bench::checkpoint`), and an enqueue
-/// run starts right after one, so that no checkpoint begins while the run is timed; a role that may not checkpoint runs without one
-/// instead of failing.
+/// run starts right after one, so that no checkpoint begins while the run is timed; a role
+/// that may not checkpoint runs without one instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_starts_after_a_checkpoint_and_a_role_that_may_not_checkpoint_still_runs() {
     let db = TestDb::new().await;

@@ -58,10 +58,10 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
         t,
         "\nEach mode ran {times}, the modes taking turns, each run into an emptied jobs \
          table (`TRUNCATE`) right after a `CHECKPOINT`, as every timed run of the throughput \
-         scenario starts (so that none begins while a run is timed); the best run counts. `single`: one `enqueue` (one statement and \
-         transaction) per job; `single x8`: the same from eight tasks at once; `batch N`: \
-         `enqueue_many` calls of N jobs (one statement each). Times include the library's \
-         encoding of the batch."
+         scenario starts (so that none begins while a run is timed); the best run counts. \
+         `single`: one `enqueue` (one statement and transaction) per job; `single x8`: the \
+         same from eight tasks at once; `batch N`: `enqueue_many` calls of N jobs (one \
+         statement each). Times include the library's encoding of the batch."
     );
     Ok(Section {
         title: "Enqueue".into(),

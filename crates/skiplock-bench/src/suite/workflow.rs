@@ -68,7 +68,7 @@ pub(super) async fn run(s: &mut Sitting<'_>) -> Result<Section> {
     .await?;
     let many = enqueued.first().map_or(0.0, |p| p.jobs_per_s).max(1e-9);
     let mut t = format!(
-        "Enqueueing {jobs} no-op jobs in one call, best of 3 (the shapes taking turns, the jobs table emptied before each call):\n\n| jobs | call | best ms | jobs/s | of `enqueue_many` | runs (ms) |\n|---|---|---:|---:|---:|---|\n"
+        "Enqueueing {jobs} no-op jobs in one call, best of 3 (the shapes taking turns, the jobs table emptied and a `CHECKPOINT` taken before each call):\n\n| jobs | call | best ms | jobs/s | of `enqueue_many` | runs (ms) |\n|---|---|---:|---:|---:|---|\n"
     );
     for p in &enqueued {
         let ratio = p.jobs_per_s / many;

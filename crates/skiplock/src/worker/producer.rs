@@ -73,8 +73,9 @@ pub(crate) const SHUTDOWN_CLAIMS_FIRST: Duration = Duration::from_secs(1);
 
 /// A job starts without a task of its own (polled first by its queue's claim loop, see
 /// [`launch`]) while the queue's recent jobs ran this long or less on average: short enough
-/// that running them one after another here costs less than a task each, and that a job
-/// which turns out long holds the loop up once (the mean it raises stops this).
+/// that running them one after another here costs less than a task each. A job that turns
+/// out long holds the loop up while it runs, and the mean it raises sends the next ones to
+/// tasks of their own.
 pub(crate) const INLINE_MEAN_RUN: Duration = Duration::from_micros(20);
 
 /// A claimed job waiting for a slot.
