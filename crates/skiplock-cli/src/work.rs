@@ -239,7 +239,11 @@ pub async fn run(target: &Target, args: Args) -> anyhow::Result<()> {
     crate::database::wait_reachable(&client).await?;
     args.metrics.start().await?;
     let drained = args.drain.then(|| client.clone());
+    // The handlers (commands, or the built-in kinds) hold no connection while they run (a
+    // command's parents' outputs are read before it starts): the worker shares the pool
+    // whose connection the check above opened.
     let mut builder = Worker::builder(client, registry)
+        .share_client_pool(true)
         .lease(args.lease)
         .heartbeat_interval(args.lease / 3)
         .poll_interval(args.poll_interval.0)

@@ -121,6 +121,18 @@ pub struct WorkerConfig {
     /// index entry (docs/OPERATIONS.md, "Completed jobs not kept"). The role needs DELETE on
     /// `jobs` and the grants on `done_deleted`.
     pub delete_done: bool,
+    /// Whether the worker's claims, lease renewals and outcome writes use the client's own
+    /// pool instead of a small pool of their own (default false). A pool of its own keeps
+    /// handlers that hold every connection of the application's pool from delaying lease
+    /// renewals until leases expire on a live worker; sharing saves the connections the
+    /// application's pool already holds (the `skiplock work` command shares: its handlers
+    /// hold no connection while they run, and its start-up checks then open no connection
+    /// of their own). When sharing, the worker raises the pool's size by what its runtime
+    /// needs (one connection per claim in flight and one per queue, plus two), so that
+    /// handlers and runtime do not wait for each other's connections, and the worker's
+    /// closing of idle connections ([`WorkerConfig::idle_connection_timeout`]) and of those
+    /// that gave no reply in time applies to that pool.
+    pub share_client_pool: bool,
     /// Whether to LISTEN for wake-ups (default true).
     pub listen: bool,
     /// Pruning of finished jobs by the worker (default: `done` jobs older than 7 days,
@@ -333,6 +345,7 @@ impl Default for WorkerConfig {
             claim_ahead: true,
             claim_in_turn: true,
             delete_done: false,
+            share_client_pool: false,
             listen: true,
             prune: Some(PruneOptions::default()),
             prune_interval: Self::DEFAULT_PRUNE_INTERVAL,
@@ -480,6 +493,12 @@ impl WorkerBuilder {
     /// See [`WorkerConfig::delete_done`] (default false).
     pub fn delete_done(mut self, yes: bool) -> Self {
         self.cfg.delete_done = yes;
+        self
+    }
+
+    /// See [`WorkerConfig::share_client_pool`] (default false).
+    pub fn share_client_pool(mut self, yes: bool) -> Self {
+        self.cfg.share_client_pool = yes;
         self
     }
 

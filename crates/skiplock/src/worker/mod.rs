@@ -201,6 +201,8 @@ impl Worker {
     /// [`Client::from_pool`] has no settings to open one with: the worker then shares the
     /// application's pool, and handlers that hold all of its connections delay lease renewals
     /// (give that pool a wait timeout and room for the worker, or build the client from a URL).
+    /// [`WorkerBuilder::share_client_pool`] makes a client built from a URL share its pool
+    /// too, one connection fewer for a process whose handlers hold none while they run.
     pub fn builder(client: Client, registry: Registry) -> WorkerBuilder {
         WorkerBuilder {
             client,
@@ -308,7 +310,14 @@ impl Worker {
         finish_tx: outbox::Outbox,
         runtime_pool: usize,
     ) -> Result<(Arc<Shared>, crate::periodic::Periodic)> {
-        let runtime = self.client.with_own_pool(runtime_pool)?;
+        let runtime = if self.cfg.share_client_pool {
+            // Room for the runtime beside the handlers (see `WorkerConfig::share_client_pool`).
+            let pool = self.client.pool();
+            pool.resize(pool.status().max_size.saturating_add(runtime_pool));
+            None
+        } else {
+            self.client.with_own_pool(runtime_pool)?
+        };
         let names = self
             .queues
             .keys()

@@ -1,6 +1,7 @@
 //! The worker runtime's harder cases: panics outside the handler's future, two attempts of
 //! one job on one worker, wake-ups with the poll off, cancel notifications, LISTEN that
-//! hears nothing, handlers that hold every pool connection, and a drain told to stop.
+//! hears nothing, handlers that hold every pool connection, a drain told to stop, and a worker
+//! that shares its client's pool.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -847,4 +848,76 @@ async fn with_the_poll_off_a_job_scheduled_amid_a_burst_starts_on_time() {
     stop.send(()).unwrap();
     let stats = handle.await.unwrap();
     assert_eq!(stats.done, 33);
+}
+
+/// A worker told to share its client's pool (`skiplock work` is) opens no pool of its own:
+/// while its jobs run, every connection with the client's application name is one of the
+/// client's pool (the one the client opened before the worker started among them), and the
+/// pool has grown by what the runtime needs. Without the setting, the worker's own pool
+/// holds connections the client's does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_sharing_its_clients_pool_opens_no_connection_of_its_own() {
+    let b = setup().await;
+    let observer = Arc::new(b.db.connect().await.unwrap());
+    for share in [true, false] {
+        let app = format!("share-{share}-{}", b.db.schema());
+        let c = client(&b, &app);
+        // As `skiplock work` does first: one connection of the client's pool open.
+        c.server_version().await.unwrap();
+        let jobs: Vec<NewJob> = (0..200).map(|i| NewJob::new("look", &i)).collect();
+        c.enqueue_many(&jobs).await.unwrap();
+        let seen = Arc::new(Mutex::new(None::<(i64, usize, usize)>));
+        let registry = {
+            let (seen, observer, c, app) = (seen.clone(), observer.clone(), c.clone(), app.clone());
+            Registry::new().register_handler("look", JobOptions::default(), move |_p, _ctx| {
+                let (seen, observer, c, app) =
+                    (seen.clone(), observer.clone(), c.clone(), app.clone());
+                async move {
+                    if seen.lock().unwrap().is_some() {
+                        return Ok::<(), JobError>(());
+                    }
+                    let n: i64 = observer
+                        .query_one(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                            &[&app],
+                        )
+                        .await?
+                        .get(0);
+                    let status = c.pool().status();
+                    seen.lock()
+                        .unwrap()
+                        .get_or_insert((n, status.size, status.max_size));
+                    Ok(())
+                }
+            })
+        };
+        let stats = Worker::builder(c.clone(), registry)
+            .queue("default", 10)
+            .share_client_pool(share)
+            .build()
+            .unwrap()
+            .run_until_idle()
+            .await
+            .unwrap();
+        assert_eq!(stats.done, 200);
+        let (backends, size, max_size) = seen.lock().unwrap().expect("a job ran");
+        let runtime = skiplock::WorkerConfig::default().claims_in_flight_for(10) + 1 + 2;
+        if share {
+            assert!(
+                usize::try_from(backends).unwrap() <= size,
+                "{backends} connections of the client's application, {size} in its pool"
+            );
+            assert_eq!(
+                max_size,
+                4 + runtime,
+                "the pool grew by the runtime's needs"
+            );
+        } else {
+            assert!(
+                usize::try_from(backends).unwrap() > size,
+                "{backends} connections of the client's application, {size} in its pool"
+            );
+            assert_eq!(max_size, 4);
+        }
+    }
 }
