@@ -6,7 +6,7 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -586,6 +586,8 @@ async fn a_second_signal_stops_at_once_and_hands_back() {
 struct Proxy {
     addr: SocketAddr,
     open: Arc<AtomicBool>,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -593,9 +595,11 @@ impl Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let open = Arc::new(AtomicBool::new(true));
-        let flag = open.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (flag, count) = (open.clone(), accepted.clone());
         tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
                 let open = flag.clone();
                 tokio::spawn(async move {
                     let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
@@ -607,7 +611,27 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, open }
+        Proxy {
+            addr,
+            open,
+            accepted,
+        }
+    }
+
+    /// In front of `db`'s server: the proxy, and `db`'s URL through it.
+    async fn before(db: &TestDb) -> (Proxy, String) {
+        // The server's address, from the URL (postgres://user@host:port/db).
+        let hostport = db
+            .url()
+            .split('@')
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .unwrap()
+            .to_owned();
+        let target: SocketAddr = hostport.parse().unwrap();
+        let proxy = Proxy::start(target).await;
+        let url = db.url().replace(&hostport, &proxy.addr.to_string());
+        (proxy, url)
     }
 
     fn go_silent(&self) {
@@ -648,17 +672,7 @@ async fn shutdown_ends_in_bounded_time_with_the_database_gone() {
     for _ in 0..2 {
         ok(&run(&db, &["enqueue", "{}"]));
     }
-    // The server's address, from the URL (postgres://user@host:port/db).
-    let hostport = db
-        .url()
-        .split('@')
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .unwrap()
-        .to_owned();
-    let target: SocketAddr = hostport.parse().unwrap();
-    let proxy = Proxy::start(target).await;
-    let url = db.url().replace(&hostport, &proxy.addr.to_string());
+    let (proxy, url) = Proxy::before(&db).await;
     let mut child = cmd_url(
         &url,
         &db,
@@ -708,4 +722,27 @@ async fn shutdown_ends_in_bounded_time_with_the_database_gone() {
         2
     );
     let _ = std::io::stderr().flush();
+}
+
+/// A drain opens two connections, not three: the worker shares the pool of the command's
+/// start-up check (`WorkerConfig::share_client_pool`), whose connection it then uses for
+/// its own start (its presence and the reaper's pass run at once, on two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_opens_two_connections() {
+    let db = migrated().await;
+    let (proxy, url) = Proxy::before(&db).await;
+    for _ in 0..3 {
+        let before = proxy.accepted.load(Ordering::SeqCst);
+        // Blocking: the proxy runs on this test's runtime.
+        let mut c = cmd_url(&url, &db, &["work", "--queue", "default=4", "--drain"]);
+        let o = tokio::task::spawn_blocking(move || c.output().unwrap())
+            .await
+            .unwrap();
+        ok(&o);
+        let opened = proxy.accepted.load(Ordering::SeqCst) - before;
+        assert!(
+            (1..=2).contains(&opened),
+            "a drain opened {opened} connections"
+        );
+    }
 }
