@@ -149,6 +149,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "cheaper_key_walk",
         sql: include_str!("../migrations/0025_cheaper_key_walk.sql"),
     },
+    Migration {
+        version: 26,
+        name: "lighter_key_claim",
+        sql: include_str!("../migrations/0026_lighter_key_claim.sql"),
+    },
 ];
 
 /// The newest schema version this build knows.

@@ -1177,6 +1177,71 @@ async fn the_key_walk_gives_each_key_its_free_slots_in_turns() {
     assert_eq!(mark(&b.raw).await.as_deref(), Some("slots"));
 }
 
+/// A limited claim skips a ready job that another session holds locked (an operator's
+/// cancel in a transaction still open, say) and takes the others at once, both when every
+/// candidate is keyed and when jobs without a key are among them: the two ways the per-key
+/// claim locks its candidates since migration 26 (all at once beside its update, or one by
+/// one in turn order). The held job is claimed once it is free. Negative control: without
+/// `SKIP LOCKED` in the claim's lock beside its update, the keyed-only claim waited for the
+/// other session and ran out of the 5 s given here. (The other session ends itself after
+/// 10 s idle in its transaction, so that a claim that waits fails the test instead of
+/// hanging it.)
+#[tokio::test]
+async fn a_limited_claim_skips_a_job_another_session_holds() {
+    let b = setup().await;
+    b.client
+        .set_queue_limits("default", QueueLimits::none().per_key(2), None)
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let names = |jobs: Vec<skiplock::ClaimedJob>| {
+        let mut v: Vec<String> = jobs
+            .iter()
+            .map(|j| j.payload_as::<String>().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    for keyless in [false, true] {
+        b.raw.batch_execute("DELETE FROM jobs").await.unwrap();
+        let mut jobs = vec![
+            NewJob::new("k", &"a1").key("a"),
+            NewJob::new("k", &"a2").key("a"),
+            NewJob::new("k", &"b1").key("b"),
+        ];
+        if keyless {
+            jobs.push(NewJob::new("k", &"n1"));
+        }
+        b.client.enqueue_many(&jobs).await.unwrap();
+        let holder = b.db.connect().await.unwrap();
+        holder
+            .batch_execute(&format!(
+                "SET search_path TO \"{}\";
+                 SET idle_in_transaction_session_timeout = '10s'; BEGIN;
+                 SELECT 1 FROM jobs WHERE payload = '\"a1\"' FOR UPDATE",
+                b.db.schema()
+            ))
+            .await
+            .unwrap();
+        let got =
+            tokio::time::timeout(Duration::from_secs(5), b.client.claim("default", 10, lease))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("the claim waited for the held job (keyless: {keyless})")
+                })
+                .unwrap();
+        let want: &[&str] = if keyless {
+            &["a2", "b1", "n1"]
+        } else {
+            &["a2", "b1"]
+        };
+        assert_eq!(names(got), want, "keyless: {keyless}");
+        holder.batch_execute("ROLLBACK").await.unwrap();
+        let got = b.client.claim("default", 10, lease).await.unwrap();
+        assert_eq!(names(got), ["a1"], "keyless: {keyless}");
+    }
+}
+
 /// A key headed (in claim order) by a job that is not due yet still gives the due job behind
 /// it, even when the key has one slot: the walk reads that key's due jobs again rather than
 /// offering the job that is not due.

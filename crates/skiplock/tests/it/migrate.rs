@@ -288,7 +288,8 @@ async fn migration_20_keeps_a_key_index_built_concurrently_beforehand() {
             (22, "names_checked_when_written"),
             (23, "claim_update_by_primary_key"),
             (24, "claim_turns"),
-            (25, "cheaper_key_walk")
+            (25, "cheaper_key_walk"),
+            (26, "lighter_key_claim")
         ]
     );
     assert_eq!(
