@@ -14,8 +14,8 @@
 -- another session holds, and tested again on their latest row version) and updated by one
 -- statement: one primary-key index scan for the whole array, as job_claim.sql does for an
 -- unlimited queue. Otherwise (jobs without a key, or more candidates than the budget) the
--- round-robin order and the lock in that order stay as they were, and the update takes the
--- rows already locked. Same rows, same guards.
+-- round-robin order and the lock in that order stay as they were, and so does the update
+-- of the rows already locked, as on a queue with no per-key limit. Same rows, same guards.
 --
 -- Measured on two cores (pg_stat_statements, the claim statement's own time, 50,000 no-op
 -- jobs over 1,000 keys, per-key limit 2, concurrency 200, claims of about 485): 8.32-8.74 ms
@@ -72,7 +72,8 @@ DECLARE
   c_pos      bigint[] := '{}';
   last_pos   bigint := 0;
   free_ids   bigint[];
-  -- Whether the candidates in ids are locked already (else the UPDATE's statement locks them).
+  -- Whether the candidates in ids are locked already (else the statement that takes them
+  -- locks them).
   locked_now boolean := true;
 BEGIN
   SELECT * INTO q FROM {schema}.queues qq WHERE qq.name = p_queue FOR UPDATE;
@@ -173,28 +174,45 @@ BEGIN
       END IF;
     END IF;
 
-    -- Take the jobs: one primary-key index scan, and one probe each. Candidates not yet
-    -- locked (locked_now false) are locked here, skipping any another session holds, and
-    -- tested again on their latest row version (one IS TRUE test, as above).
-    RETURN QUERY
-    WITH locked AS MATERIALIZED (
-      SELECT j.id FROM {schema}.jobs j
-      WHERE j.id = ANY (coalesce(ids, '{}'::bigint[]))
-        AND (locked_now OR (j.status = 'queued' AND j.held IS NULL
-                         AND j.run_at <= ts AND j.attempts < j.max_attempts) IS TRUE)
-      FOR UPDATE OF j SKIP LOCKED
-    ), claimed AS (
-      UPDATE {schema}.jobs j
-      SET status       = 'running',
-          attempts     = j.attempts + 1,
-          locked_until = ts + p_lease_us * interval '1 microsecond',
-          attempted_at = ts,
-          unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END
-      WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
-      RETURNING j.id, j.queue, j.kind, j.payload::text, j.attempts, j.max_attempts,
-                j.priority, j.run_at, j.created_at, j.locked_until
-    )
-    SELECT * FROM claimed;
+    IF locked_now THEN
+      -- Take the locked jobs: one primary-key probe each.
+      RETURN QUERY
+      WITH claimed AS (
+        UPDATE {schema}.jobs j
+        SET status       = 'running',
+            attempts     = j.attempts + 1,
+            locked_until = ts + p_lease_us * interval '1 microsecond',
+            attempted_at = ts,
+            unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END
+        WHERE j.id = ANY (coalesce(ids, '{}'::bigint[]))
+        RETURNING j.id, j.queue, j.kind, j.payload::text, j.attempts, j.max_attempts,
+                  j.priority, j.run_at, j.created_at, j.locked_until
+      )
+      SELECT * FROM claimed;
+    ELSE
+      -- Lock the candidates, skipping any another session holds, the status test run again
+      -- on the locked, latest row version (one IS TRUE test, as above), and take them: one
+      -- primary-key index scan for the whole array, then one probe each.
+      RETURN QUERY
+      WITH locked AS MATERIALIZED (
+        SELECT j.id FROM {schema}.jobs j
+        WHERE j.id = ANY (coalesce(ids, '{}'::bigint[]))
+          AND (j.status = 'queued' AND j.held IS NULL
+               AND j.run_at <= ts AND j.attempts < j.max_attempts) IS TRUE
+        FOR UPDATE OF j SKIP LOCKED
+      ), claimed AS (
+        UPDATE {schema}.jobs j
+        SET status       = 'running',
+            attempts     = j.attempts + 1,
+            locked_until = ts + p_lease_us * interval '1 microsecond',
+            attempted_at = ts,
+            unique_key   = CASE WHEN j.unique_queued_only THEN NULL ELSE j.unique_key END
+        WHERE j.id = ANY (ARRAY(SELECT l.id FROM locked l))
+        RETURNING j.id, j.queue, j.kind, j.payload::text, j.attempts, j.max_attempts,
+                  j.priority, j.run_at, j.created_at, j.locked_until
+      )
+      SELECT * FROM claimed;
+    END IF;
     GET DIAGNOSTICS n = ROW_COUNT;
   ELSE
     n := 0;
