@@ -44,15 +44,49 @@ use ::metrics::{counter, histogram};
 /// The least time between the starts of two next-due lookups of one queue.
 pub(crate) const LOOKUP_GAP: Duration = Duration::from_millis(50);
 
-/// After a short claim that found at least [`CLAIM_AGAIN_FOUND`] jobs: claim again after
-/// this long instead of waiting for a notification. Jobs are arriving; a worker that waits
-/// makes every INSERT notify, and PostgreSQL serialises the commits of notifying
-/// transactions (through their WAL flush), so the enqueuers would slow to one commit at a
-/// time. Only a claim that finds fewer makes the LISTEN connection wait on the queue.
+/// After a short claim while jobs arrive at [`CLAIM_AGAIN_RATE`] or faster: claim again after
+/// this long instead of waiting for a notification. A worker that waits makes every INSERT
+/// notify, and PostgreSQL serialises the commits of notifying transactions (through their WAL
+/// flush), so at such a rate the enqueuers would slow to one commit at a time. Below it the
+/// worker waits and a notification starts its claim at once: the notifying commits are few
+/// enough not to queue, and a job waits for no timer.
 pub(crate) const CLAIM_AGAIN_AFTER: Duration = Duration::from_millis(1);
 
-/// See [`CLAIM_AGAIN_AFTER`].
-pub(crate) const CLAIM_AGAIN_FOUND: u32 = 2;
+/// See [`CLAIM_AGAIN_AFTER`]: jobs per second, as the queue's claims found them over the last
+/// [`ARRIVAL_WINDOW`].
+pub(crate) const CLAIM_AGAIN_RATE: u64 = 600;
+
+/// How far back [`Arrivals`] counts the jobs the claims found.
+pub(crate) const ARRIVAL_WINDOW: Duration = Duration::from_millis(50);
+
+/// The jobs a queue's claims found over the last [`ARRIVAL_WINDOW`]: the rate at which jobs
+/// arrive, as this worker sees it.
+#[derive(Default)]
+struct Arrivals {
+    claims: VecDeque<(Instant, u32)>,
+    jobs: u64,
+}
+
+impl Arrivals {
+    /// Counts a claim that found `got` jobs at `now`; whether the jobs found over the window
+    /// come to [`CLAIM_AGAIN_RATE`] or more.
+    fn fast(&mut self, now: Instant, got: u32) -> bool {
+        while let Some(&(at, n)) = self.claims.front() {
+            if now.saturating_duration_since(at) < ARRIVAL_WINDOW {
+                break;
+            }
+            self.jobs -= u64::from(n);
+            self.claims.pop_front();
+        }
+        if got > 0 {
+            self.claims.push_back((now, got));
+            self.jobs += u64::from(got);
+        }
+        // jobs / window >= rate, in whole numbers.
+        u128::from(self.jobs) * 1_000_000
+            >= u128::from(CLAIM_AGAIN_RATE) * ARRIVAL_WINDOW.as_micros()
+    }
+}
 
 /// Claimed ahead of the free slots: at most as many jobs as the slots would start within
 /// this long at the queue's mean run time (see [`QueueSlot::ahead_cap`]).
@@ -148,6 +182,7 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
     let mut paused_until: Option<Instant> = None;
     let mut due: Option<Instant> = None;
     let mut next_poll = poll_interval(&shared, &slot).map(|p| Instant::now() + p);
+    let mut arrivals = Arrivals::default();
     // The loop turns once or more per job that ends: what it waits for is set up once, not
     // on every turn (a waiter registered and removed, a timer armed and disarmed, each
     // under a lock the other tasks share). A notification's waiter is renewed once it has
@@ -286,8 +321,9 @@ pub(crate) async fn run(shared: Arc<Shared>, slot: Arc<QueueSlot>, mode: Mode) {
                                 due = Some(due.map_or(at, |d| d.min(at)));
                             }
                         }
-                        // Short but jobs are arriving: claim again shortly, not waiting.
-                        let again = mode == Mode::Serve && !backlog && got >= CLAIM_AGAIN_FOUND;
+                        // Short but jobs are arriving fast: claim again shortly, not waiting.
+                        let fast = arrivals.fast(Instant::now(), got);
+                        let again = mode == Mode::Serve && !backlog && got > 0 && fast;
                         if again {
                             let at = Instant::now() + CLAIM_AGAIN_AFTER;
                             due = Some(due.map_or(at, |d| d.min(at)));
@@ -752,5 +788,35 @@ async fn next_due(shared: &Shared, slot: &QueueSlot, after: &After) -> Option<In
             tracing::debug!(queue = %slot.name, error = %e, "could not look up the next due job");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_are_fast_from_the_rate_over_the_window() {
+        let per_window =
+            u32::try_from(u128::from(CLAIM_AGAIN_RATE) * ARRIVAL_WINDOW.as_millis() / 1_000)
+                .unwrap();
+        let t0 = Instant::now();
+        let mut a = Arrivals::default();
+        // One job a claim, spread evenly over the window: one short of the rate, then at it.
+        let step = ARRIVAL_WINDOW / per_window;
+        for i in 0..per_window - 1 {
+            assert!(!a.fast(t0 + step * i, 1), "claim {i}");
+        }
+        assert!(a.fast(t0 + step * (per_window - 1), 1));
+        // A claim that finds nothing adds nothing but still lets old claims go.
+        assert!(a.fast(t0 + step * per_window, 0) || per_window == 1);
+        assert!(!a.fast(t0 + ARRIVAL_WINDOW * 3, 0));
+        // Half the rate never gets there.
+        let mut a = Arrivals::default();
+        for i in 0..per_window * 4 {
+            assert!(!a.fast(t0 + step * 2 * i, 1), "claim {i}");
+        }
+        // Many jobs in one claim (a clump) count as many.
+        assert!(a.fast(t0 + step * 8 * per_window, per_window));
     }
 }
